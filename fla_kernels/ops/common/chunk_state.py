@@ -1,0 +1,290 @@
+"""Chunk-level building blocks for the state recurrence S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t.
+
+Shared by every op family whose state [K, V] per (batch, head) follows that
+recurrence with a per-channel log gate g [B, T, H, K] (gla, rwkv6) or no gate
+at all (linear attention). Time is cut into chunks of BT tokens, and chunks
+into gate blocks of GS tokens (GS divides BT; 16 for the sub-chunks of the
+intra-chunk products).
+
+Gates. `block_gate_sums` stores, per gate block, the inclusive prefix sum P
+and the exclusive suffix sum Q of g (float32). Every exponent the kernels take
+is then a sum of such stored values, all <= 0, never a difference of two large
+cumulative sums: with strong decay (g = -60 per step, a chunk sums to -3840) a
+difference G_i - G_j of chunk-wide cumsums would lose about eps * 3840 of
+absolute precision, which the gradient of the gate feels. Within a chunk
+(`chunk_gate_tiles`):
+    prefix_i = sum_{s < i} g_s (or s <= i)   = P one row up + totals of earlier blocks
+    suffix_j = sum_{s > j} g_s               = Q_j + totals of later blocks
+    total    = sum_s g_s
+Positions past T count as zero gates.
+
+Kernels:
+- `chunk_fwd_h`: the states entering every chunk and the final state.
+- `chunk_bwd_dh`: the gradient w.r.t. the state leaving every chunk and w.r.t.
+  the initial state, for outputs o_t = scale q_t S_{t-1} (rwkv6:
+  `q_gate_exclusive=True`) or o_t = scale q_t S_t (gla).
+
+Every kernel loads its operands as float32 right away; matrix products go
+through `mma`, so fp32 inputs get exact IEEE products and bf16 / fp16 inputs
+tensor-core operands of their own dtype. Offsets are int64.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.dot import mma
+
+
+def block_size(n: int, cap: int = 64) -> int:
+    """A power-of-two block covering n (at least 16, the smallest `tl.dot` size), at most cap."""
+    return min(cap, max(16, triton.next_power_of_2(n)))
+
+
+@triton.jit
+def exp_nonpos(x):
+    """exp(x) for an argument that is <= 0 by construction.
+
+    The clamp only absorbs rounding (a tree-ordered cumsum need not be exactly
+    monotone); it guarantees that no exponential anywhere exceeds 1.
+    """
+    return tl.exp(tl.minimum(x, 0.0))
+
+
+# ----------------------------------------------------------------------------- gate sums
+
+@triton.jit
+def _block_gate_sums_kernel(g, P, Q, T, H: tl.constexpr, K: tl.constexpr,
+                            GS: tl.constexpr, BK: tl.constexpr):
+    """P[t] = sum of g over t's block up to t inclusive; Q[t] = sum over t's block after t."""
+    i_k, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    t = i_s * GS + tl.arange(0, GS)
+    d = i_k * BK + tl.arange(0, BK)
+    m_d = d[None, :] < K
+    base = (i_b * T * H + i_h) * K + d[None, :]
+    offs = base + t.to(tl.int64)[:, None] * (H * K)
+    mask = (t[:, None] < T) & m_d
+    b_g = tl.load(g + offs, mask=mask, other=0).to(tl.float32)
+    # g one row down (zero past the block): its reverse cumsum is the exclusive suffix
+    m_next = ((t + 1 < T) & (tl.arange(0, GS) < GS - 1))[:, None] & m_d
+    b_gn = tl.load(g + offs + H * K, mask=m_next, other=0).to(tl.float32)
+    tl.store(P + offs, tl.cumsum(b_g, axis=0), mask=mask)
+    tl.store(Q + offs, tl.cumsum(b_gn, axis=0, reverse=True), mask=mask)
+
+
+def block_gate_sums(g: torch.Tensor, block: int):
+    """(P, Q), float32 [B, T, H, K]: the inclusive prefix and exclusive suffix sums of g
+    within blocks of `block` rows."""
+    B, T, H, K = g.shape
+    P = torch.empty(B, T, H, K, dtype=torch.float32, device=g.device)
+    Q = torch.empty_like(P)
+    BK = block_size(K)
+    grid = (triton.cdiv(K, BK), triton.cdiv(T, block), B * H)
+    _block_gate_sums_kernel[grid](g, P, Q, T, H, K, GS=block, BK=BK)
+    return P, Q
+
+
+@triton.jit
+def load_prefix(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BR: tl.constexpr,
+                BK: tl.constexpr, i_k, GS: tl.constexpr, EXCLUSIVE: tl.constexpr):
+    """[BR, BK] block-local prefix sums of the gate at rows t0.. (zero past T).
+
+    EXCLUSIVE reads P one row up (zero at a block start), so the exclusive
+    prefix at i equals the inclusive one at i - 1 bit for bit.
+    """
+    t = t0 + tl.arange(0, BR)
+    d = i_k * BK + tl.arange(0, BK)
+    if EXCLUSIVE:
+        src = t - 1
+        m_t = (t % GS != 0) & (t <= T)
+    else:
+        src = t
+        m_t = t < T
+    offs = base + src.to(tl.int64)[:, None] * (H * K) + d[None, :]
+    return tl.load(P + offs, mask=m_t[:, None] & (d[None, :] < K), other=0)
+
+
+@triton.jit
+def load_prefix_row(P, base, t, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k,
+                    GS: tl.constexpr, EXCLUSIVE: tl.constexpr):
+    """[BK] row of `load_prefix` at time t."""
+    d = i_k * BK + tl.arange(0, BK)
+    if EXCLUSIVE:
+        src = t - 1
+        ok = (t % GS != 0) & (t <= T)
+    else:
+        src = t
+        ok = t < T
+    # (a scalar mask and'ed with a vector one trips the triton 3.9 interpreter: fold it into the bound)
+    return tl.load(P + base + src.to(tl.int64) * (H * K) + d, mask=d < tl.where(ok, K, 0), other=0)
+
+
+@triton.jit
+def load_suffix(Q, base, t0, T, H: tl.constexpr, K: tl.constexpr, BR: tl.constexpr,
+                BK: tl.constexpr, i_k):
+    """[BR, BK] block-local exclusive suffix sums of the gate at rows t0.. (zero past T)."""
+    t = t0 + tl.arange(0, BR)
+    d = i_k * BK + tl.arange(0, BK)
+    offs = base + t.to(tl.int64)[:, None] * (H * K) + d[None, :]
+    return tl.load(Q + offs, mask=(t[:, None] < T) & (d[None, :] < K), other=0)
+
+
+@triton.jit
+def block_total(P, base, b0, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k,
+                GS: tl.constexpr):
+    """[BK] sum of the gate over the block starting at b0 (zero if it starts past T)."""
+    d = i_k * BK + tl.arange(0, BK)
+    src = tl.minimum(b0 + GS - 1, T - 1)
+    return tl.load(P + base + src.to(tl.int64) * (H * K) + d, mask=d < tl.where(b0 < T, K, 0), other=0)
+
+
+@triton.jit
+def chunk_gate_tiles(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                     GS: tl.constexpr, BK: tl.constexpr, i_k, PREFIX_EXCLUSIVE: tl.constexpr):
+    """Chunk-level gate sums of the chunk starting at c0, built from block sums.
+
+    Returns prefix [BT, BK] (sum of g from the chunk start up to each row,
+    exclusive with PREFIX_EXCLUSIVE), suffix [BT, BK] (sum of g after each row
+    to the chunk end) and total [BK]; every one a sum of values <= 0.
+    """
+    blk = (tl.arange(0, BT) // GS)[:, None]
+    before = tl.zeros([BT, BK], dtype=tl.float32)
+    after = tl.zeros([BT, BK], dtype=tl.float32)
+    total = tl.zeros([BK], dtype=tl.float32)
+    for i_s in tl.static_range(BT // GS):
+        b_tot = block_total(P, base, c0 + i_s * GS, T, H, K, BK, i_k, GS)
+        before += tl.where(blk > i_s, b_tot[None, :], 0.0)
+        after += tl.where(blk < i_s, b_tot[None, :], 0.0)
+        total += b_tot
+    prefix = load_prefix(P, base, c0, T, H, K, BT, BK, i_k, GS, PREFIX_EXCLUSIVE) + before
+    suffix = load_suffix(Q, base, c0, T, H, K, BT, BK, i_k) + after
+    return prefix, suffix, total
+
+
+# ----------------------------------------------------------------------------- states
+
+@triton.jit
+def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, T, NT, H: tl.constexpr, K: tl.constexpr,
+                        V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr, BK: tl.constexpr,
+                        BV: tl.constexpr, USE_G: tl.constexpr, USE_H0: tl.constexpr,
+                        FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """states[b, h, c] = state entering chunk c for c < NT; states[b, h, NT] = final state.
+
+    One program per (K-block, V-block, b*h) walks the chunks in order:
+    h <- diag(exp(total)) h + (k * exp(suffix))^T v.
+    """
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k[:, None] < K) & (o_v[None, :] < V)
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    p_state = states + i_bh * (NT + 1) * K * V + o_k[:, None] * V + o_v[None, :]
+
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        b_h += tl.load(h0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0).to(tl.float32)
+    for i_c in range(NT):
+        tl.store(p_state + i_c * K * V, b_h, mask=m_kv)
+        c0 = i_c * BT
+        t = c0 + tl.arange(0, BT)
+        p_k = k + base_k + t.to(tl.int64)[:, None] * (H * K) + o_k[None, :]
+        b_k = tl.load(p_k, mask=(t[:, None] < T) & (o_k[None, :] < K), other=0).to(tl.float32)
+        p_v = v + base_v + t.to(tl.int64)[:, None] * (H * V) + o_v[None, :]
+        b_v = tl.load(p_v, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
+        if USE_G:
+            _, b_suffix, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k, True)
+            b_k = b_k * exp_nonpos(b_suffix)
+            b_h = b_h * exp_nonpos(b_total)[:, None]
+        b_h += mma(tl.trans(b_k), b_v, FP32_DOT, OPERAND_DTYPE)
+    tl.store(p_state + NT * K * V, b_h, mask=m_kv)
+
+
+def chunk_fwd_h(k, v, gates, initial_state, chunk_size, gate_block, fp32_dot, operand_dtype):
+    """States [B, H, NT + 1, K, V] float32: entering each of the NT chunks, then the final state.
+
+    gates: (P, Q) from `block_gate_sums(g, gate_block)`, or None for no decay.
+    """
+    B, T, H, K = k.shape
+    V = v.shape[-1]
+    NT = triton.cdiv(T, chunk_size)
+    states = torch.empty(B, H, NT + 1, K, V, dtype=torch.float32, device=k.device)
+    BK, BV = block_size(K), block_size(V)
+    P, Q = gates if gates is not None else (k, k)
+    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
+    _chunk_fwd_h_kernel[grid](
+        k, v, P, Q, k if initial_state is None else initial_state, states, T, NT, H, K, V,
+        BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=gates is not None,
+        USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype)
+    return states
+
+
+@triton.jit
+def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
+                         K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr,
+                         BK: tl.constexpr, BV: tl.constexpr, USE_G: tl.constexpr,
+                         Q_GATE_EXCLUSIVE: tl.constexpr, USE_DHT: tl.constexpr,
+                         STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr,
+                         OPERAND_DTYPE: tl.constexpr):
+    """dh[b, h, c] = dLoss / d(state leaving chunk c); dh0 = dLoss / d(initial state).
+
+    One program per (K-block, V-block, b*h) walks the chunks backwards:
+    dh <- diag(exp(total)) dh + scale * (q * exp(prefix))^T do, with the prefix
+    exclusive (the output reads the state before the step) or inclusive.
+    """
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_kv = (o_k[:, None] < K) & (o_v[None, :] < V)
+    o_kv = o_k[:, None] * V + o_v[None, :]
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    p_dh = dh + i_bh * NT * K * V + o_kv
+
+    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_DHT:
+        b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    for i_r in range(NT):
+        i_c = NT - 1 - i_r
+        tl.store(p_dh + i_c * K * V, b_dh, mask=m_kv)
+        c0 = i_c * BT
+        t = c0 + tl.arange(0, BT)
+        p_q = q + base_k + t.to(tl.int64)[:, None] * (H * K) + o_k[None, :]
+        b_q = tl.load(p_q, mask=(t[:, None] < T) & (o_k[None, :] < K), other=0).to(tl.float32)
+        p_do = do + base_v + t.to(tl.int64)[:, None] * (H * V) + o_v[None, :]
+        b_do = tl.load(p_do, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
+        if USE_G:
+            b_prefix, _, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k,
+                                                    Q_GATE_EXCLUSIVE)
+            b_q = b_q * exp_nonpos(b_prefix)
+            b_dh = b_dh * exp_nonpos(b_total)[:, None]
+        b_dh += mma(tl.trans(b_q * scale), b_do, FP32_DOT, OPERAND_DTYPE)
+    if STORE_DH0:
+        tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
+
+
+def chunk_bwd_dh(q, gates, do, dht, scale, chunk_size, gate_block, q_gate_exclusive, need_dh0,
+                 fp32_dot, operand_dtype):
+    """(dh [B, H, NT, K, V], dh0 [B, H, K, V] or None), float32.
+
+    dh[:, :, c] is the total gradient w.r.t. the state leaving chunk c (dht for
+    the last chunk, zero when dht is None). gates: (P, Q) or None for no decay.
+    """
+    B, T, H, K = q.shape
+    V = do.shape[-1]
+    NT = triton.cdiv(T, chunk_size)
+    dh = torch.empty(B, H, NT, K, V, dtype=torch.float32, device=q.device)
+    dh0 = torch.empty(B, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
+    BK, BV = block_size(K), block_size(V)
+    P, Q = gates if gates is not None else (q, q)
+    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
+    _chunk_bwd_dh_kernel[grid](
+        q, P, Q, do, q if dht is None else dht, dh, q if dh0 is None else dh0, scale, T, NT,
+        H, K, V, BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=gates is not None,
+        Q_GATE_EXCLUSIVE=q_gate_exclusive, USE_DHT=dht is not None, STORE_DH0=need_dh0,
+        FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype)
+    return dh, dh0

@@ -1,0 +1,54 @@
+"""Gradient of per-channel log gates from chunk-local sums.
+
+For a recurrence S_t = diag(exp(w_t)) S_{t-1} + k_t^T v_t read as q_t S_{t-1}
+(rwkv6) or q_t S_t (gla), the loss depends on a chunk's gates only through
+q * exp(G_prev), k * exp(-G) and the state leaving the chunk, with G the
+chunk-local cumulative gate. Hence, for t in chunk c,
+
+    dw_t = sum_{s > t} q_s dq_s - sum_{s >= t} k_s dk_s + sum_v(h_{c+1} * dh_{c+1})
+
+(sums over the chunk; `s > t` becomes `s >= t` when the output reads S_t).
+dq, dk are the gradients through the state only (no bonus/diagonal term);
+`boundary` holds sum_v of the state leaving each chunk times its gradient
+(for the last chunk: the final state times dht). Summing only inside a chunk
+keeps the error independent of T, unlike a reverse cumsum over the sequence.
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: tl.constexpr,
+                            NT, BT: tl.constexpr, BK: tl.constexpr, Q_READS_CURRENT: tl.constexpr):
+    i_c, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    t = i_c * BT + tl.arange(0, BT).to(tl.int64)
+    d = tl.arange(0, BK)
+    mask = (t[:, None] < T) & (d[None, :] < K)
+    offs = ((i_b * T + t[:, None]) * H + i_h) * K + d[None, :]
+    b_q = tl.load(q + offs, mask=mask, other=0).to(tl.float32)
+    b_dq = tl.load(dq + offs, mask=mask, other=0).to(tl.float32)
+    b_k = tl.load(k + offs, mask=mask, other=0).to(tl.float32)
+    b_dk = tl.load(dk + offs, mask=mask, other=0).to(tl.float32)
+    b_bound = tl.load(boundary + (i_bh * NT + i_c) * K + d, mask=d < K, other=0).to(tl.float32)
+    qdq = b_q * b_dq
+    kdk = b_k * b_dk
+    from_q = tl.cumsum(qdq, axis=0, reverse=True)
+    if not Q_READS_CURRENT:
+        from_q = from_q - qdq
+    b_dw = from_q - tl.cumsum(kdk, axis=0, reverse=True) + b_bound[None, :]
+    tl.store(dw + offs, b_dw.to(dw.dtype.element_ty), mask=mask)
+
+
+def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dtype):
+    """dw [B, T, H, K] in out_dtype; boundary is [B, H, NT, K] float32 with NT = ceil(T / chunk_size)."""
+    B, T, H, K = q.shape
+    NT = triton.cdiv(T, chunk_size)
+    assert boundary.shape == (B, H, NT, K), boundary.shape
+    dw = torch.empty(B, T, H, K, dtype=out_dtype, device=q.device)
+    BK = max(16, triton.next_power_of_2(K))
+    _chunk_gate_grad_kernel[(NT, B * H)](
+        q, dq, k, dk, boundary.contiguous(), dw, T, H, K, NT, BT=chunk_size, BK=BK,
+        Q_READS_CURRENT=q_reads_current)
+    return dw

@@ -1,0 +1,49 @@
+"""Seeded inputs in the target dtype, and the upstream gradients every implementation shares."""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from harness.cases import GATES, Case
+from harness.registry import OpSpec
+
+
+@dataclass
+class CaseInputs:
+    tensors: dict            # name -> tensor in the case dtype (positional inputs of the op)
+    initial_state: object    # float32 tensor or None
+    do: torch.Tensor         # upstream gradient of o, case dtype
+    dht: torch.Tensor        # upstream gradient of the final state, float32
+    scale: float
+
+
+def _generator(case: Case) -> torch.Generator:
+    """A CPU generator seeded by the recorded seed and the case's shape, so inputs are device-independent."""
+    key = f"{case.seed}-{case.B}-{case.T}-{case.H}-{case.K}-{case.V}-{case.M}-{case.dtype}-{case.gate}"
+    return torch.Generator().manual_seed(zlib.crc32(key.encode()))
+
+
+def make_inputs(spec: OpSpec, case: Case, device) -> CaseInputs:
+    """Draw every input in float32 on the CPU, round it to the case dtype, move it to `device`."""
+    gen = _generator(case)
+    dims = case.dims()
+    dtype = case.torch_dtype
+
+    def draw(shape, kind="randn"):
+        x = torch.randn(shape, generator=gen, dtype=torch.float32)
+        if kind == "gate":
+            x = F.logsigmoid(x) / GATES[case.gate]
+        return x.to(dtype).to(device)
+
+    tensors = {s.name: draw(spec.shape_of(s, dims), s.kind) for s in spec.inputs}
+    state_shape = tuple(dims[s] for s in spec.state_shape)
+    h0 = None
+    if case.h0 != "none":
+        h0 = torch.randn(state_shape, generator=gen, dtype=torch.float32).to(device)
+    out_shape = (case.B, case.T, case.H, case.V)
+    do = draw(out_shape)
+    dht = torch.randn(state_shape, generator=gen, dtype=torch.float32).to(device)
+    return CaseInputs(tensors=tensors, initial_state=h0, do=do, dht=dht, scale=case.K ** -0.5)

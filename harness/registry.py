@@ -1,0 +1,84 @@
+"""The op registry: what each op takes, which variants implement it, and its references.
+
+Adding an op family means adding one `OpSpec` here, its kernels and its references.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input tensor: its name and shape in terms of the case's B, T, H, K, V, M."""
+    name: str
+    shape: tuple          # symbols among "B", "T", "H", "K", "V", "M"
+    kind: str = "randn"   # "randn" or "gate" (log gate: logsigmoid(randn) / normaliser)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    inputs: tuple                     # InputSpec, in positional order of the public functions
+    variants: dict                    # variant -> "module:function"
+    reference_loop: str               # "module:function", the float64 definition
+    reference_chunked: str            # "module:function", same numbers, fast for long T
+    state_shape: tuple = ("B", "H", "K", "V")
+    loop_max_T: int = 256             # above this the golden comes from the chunked form
+    baseline_chunk_size: int = 64     # the chunk of the same-dtype baseline: production kernels' size
+    description: str = ""
+    presets: dict = field(default_factory=dict)
+
+    def variant_fn(self, variant: str) -> Callable:
+        return load_function(self.variants[variant])
+
+    def shape_of(self, spec: InputSpec, dims: dict) -> tuple:
+        return tuple(dims[s] for s in spec.shape)
+
+    @property
+    def gradient_names(self) -> tuple:
+        """Names of the gradient tensors: 'd' + input name, then the initial state's."""
+        return tuple("d" + s.name for s in self.inputs) + ("dh0",)
+
+
+def load_function(target: str) -> Callable:
+    """Import 'package.module:function'; raise ValueError with a plain sentence if it cannot."""
+    if target.count(":") != 1:
+        raise ValueError(f"'{target}' is not of the form module:function.")
+    module_name, fn_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module '{module_name}': {exc}") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ValueError(f"module '{module_name}' has no function '{fn_name}'.")
+    return fn
+
+
+RWKV6 = OpSpec(
+    name="rwkv6",
+    inputs=(
+        InputSpec("r", ("B", "T", "H", "K")),
+        InputSpec("k", ("B", "T", "H", "K")),
+        InputSpec("v", ("B", "T", "H", "V")),
+        InputSpec("w", ("B", "T", "H", "K"), kind="gate"),
+        InputSpec("u", ("H", "K")),
+    ),
+    variants={
+        "chunk": "fla_kernels.ops.rwkv6:chunk_rwkv6",
+        "fused_recurrent": "fla_kernels.ops.rwkv6:fused_recurrent_rwkv6",
+    },
+    reference_loop="references.rwkv6:rwkv6_recurrent",
+    reference_chunked="references.rwkv6:rwkv6_chunked",
+    description="S_t = diag(exp(w_t)) S_{t-1} + k_t^T v_t; o_t = scale r_t (S_{t-1} + diag(u) k_t^T v_t)",
+)
+
+OPS = {spec.name: spec for spec in (RWKV6,)}
+
+
+def get_op(name: str) -> OpSpec:
+    if name not in OPS:
+        raise ValueError(f"unknown op '{name}'; known ops: {', '.join(sorted(OPS))}.")
+    return OPS[name]

@@ -1,0 +1,15 @@
+"""The long-form result schema: one row per (case, implementation, tensor or check)."""
+
+COLUMNS = [
+    "run_id", "case_id", "op", "variant", "impl", "dtype", "B", "T", "H", "K", "V", "M",
+    "h0", "gate", "seed", "check", "tensor",
+    "err", "rel", "rms_rel", "base_err", "floor", "atol", "bound", "ratio",
+    "nan", "inf", "first_bad", "verdict", "message",
+    "device", "torch", "triton", "git", "wall_s",
+]
+
+# `check` values: "golden" compares a tensor with the float64 reference; "agreement" compares one
+# variant with another of the same op (impl names both, e.g. "chunk~fused_recurrent"); "run" is the
+# row of a case that raised (ERROR) or was skipped (SKIP), with an empty tensor.
+CHECKS = ("golden", "agreement", "run")
+VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")

@@ -1,0 +1,64 @@
+"""A sweep: run every case, stream rows to CSV, then render the reports."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from harness.cases import Case
+from harness.environment import device, run_fields
+from harness.registry import OpSpec
+from harness.results import ResultWriter, finished_cases
+from harness.runner import Implementation, run_case
+
+
+@dataclass
+class SweepOutcome:
+    csv_path: Path
+    html_path: Path | None
+    markdown_path: Path | None
+    wall_s: float
+    cases_run: int
+    cases_skipped: int
+
+
+def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Path, run_id: str,
+              resume: bool = False, progress: bool = True) -> SweepOutcome:
+    """Run the planned cases in order; rows reach the CSV as each case finishes."""
+    out_dir = Path(out_dir)
+    csv_path = out_dir / "results.csv"
+    done, previous_id = finished_cases(csv_path) if resume else (set(), None)
+    if not resume and csv_path.exists():
+        csv_path.unlink()
+    run_id = previous_id or run_id
+    shared = {"run_id": run_id, **run_fields()}
+    dev = device()
+    start = time.perf_counter()
+    ran = skipped = 0
+    failures = 0
+    with ResultWriter(csv_path) as writer:
+        bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
+        for spec, case, impls in bar:
+            if case.case_id in done:
+                skipped += 1
+                continue
+            rows = run_case(spec, case, impls, dev)
+            failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
+            writer.write([{**shared, **r} for r in rows])
+            ran += 1
+            bar.set_postfix_str(f"{case.op} {case.dtype} T={case.T} bad rows={failures}")
+    wall = time.perf_counter() - start
+    html_path, md_path = _render(csv_path, out_dir, {"run_id": run_id, "wall_s": wall, **shared})
+    return SweepOutcome(csv_path, html_path, md_path, wall, ran, skipped)
+
+
+def _render(csv_path: Path, out_dir: Path, meta: dict):
+    from reports import read_results, write_html, render_markdown
+    df = read_results([csv_path])
+    html_path = out_dir / "report.html"
+    write_html(df, html_path, meta)
+    md_path = out_dir / "summary.md"
+    md_path.write_text(render_markdown(df, meta))
+    return html_path, md_path

@@ -1,0 +1,88 @@
+"""The command line: usage errors exit 2 in one line, sweeps stream rows, exit 1 on a failing row."""
+import csv
+import subprocess
+import sys
+
+import pytest
+
+from harness.cli import main
+
+GOOD = "chunk=tests.implementations:baseline_like"
+SMALL = ["--preset", "smoke", "--variant", "chunk", "--quiet"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["sweep", "--op", "nope"], "unknown op 'nope'"),
+    (["sweep", "--op", "rwkv6", "--dtype", "fp64"], "unknown dtype"),
+    (["sweep", "--op", "rwkv6", "--variant", "fused"], "unknown variant"),
+    (["sweep", "--op", "rwkv6", "--preset", "huge"], "unknown preset"),
+    (["sweep", "--op", "rwkv6", "--impl", "chunk=nomodule"], "VARIANT=module:function"),
+    (["sweep", "--op", "rwkv6", "--impl", "chunk"], "VARIANT=module:function"),
+    (["sweep", "--op", "rwkv6", "--impl", "other=a:b"], "does not have"),
+    (["sweep", "--op", "rwkv6", "--impl", "chunk=no_such_module_x:f"], "cannot import"),
+    (["sweep", "--op", "rwkv6", "--impl", "chunk=tests.implementations:nope"], "no function"),
+    (["sweep", "--op", "rwkv6", "--T", "0"], "positive"),
+    (["sweep", "--op", "rwkv6", "--T", "a"], "--T"),
+    (["sweep", "--op", "rwkv6", "--gate", "medium"], "unknown gate"),
+    (["sweep"], "--op"),
+    ([], "command"),
+])
+def test_usage_errors_exit_2_with_one_line(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err
+
+
+def test_list_shows_ops_variants_presets(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ("rwkv6", "chunk", "fused_recurrent", "cpu", "gpu"):
+        assert word in out
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_passing_sweep_exits_0_and_writes_csv_html_markdown(tmp_path, capsys):
+    code = main(["sweep", "--op", "rwkv6", "--dtype", "fp32,bf16", "--impl", GOOD, "--out", str(tmp_path)] + SMALL)
+    assert code == 0
+    rows = _rows(tmp_path / "results.csv")
+    assert len(rows) == 2 * 8 and {r["verdict"] for r in rows} == {"PASS"}
+    assert {r["impl"] for r in rows} == {"tests.implementations:baseline_like"}
+    assert (tmp_path / "report.html").stat().st_size > 0
+    assert "PASS" in (tmp_path / "summary.md").read_text()
+    assert "wall time" in capsys.readouterr().out
+
+
+def test_failing_sweep_exits_1(tmp_path):
+    bad = "chunk=tests.implementations:gate_grad_scaled"
+    assert main(["sweep", "--op", "rwkv6", "--dtype", "bf16", "--impl", bad, "--out", str(tmp_path)] + SMALL) == 1
+    failing = [r for r in _rows(tmp_path / "results.csv") if r["verdict"] == "FAIL"]
+    assert [r["tensor"] for r in failing] == ["dw"]
+
+
+def test_erroring_kernel_exits_1_and_keeps_the_message(tmp_path):
+    bad = "chunk=tests.implementations:raises_in_forward"
+    assert main(["sweep", "--op", "rwkv6", "--dtype", "fp32", "--impl", bad, "--out", str(tmp_path)] + SMALL) == 1
+    (row,) = _rows(tmp_path / "results.csv")
+    assert row["verdict"] == "ERROR" and "planted failure in forward" in row["message"]
+
+
+def test_resume_skips_finished_cases(tmp_path):
+    args = ["sweep", "--op", "rwkv6", "--dtype", "fp32", "--impl", GOOD, "--out", str(tmp_path)] + SMALL
+    assert main(args + ["--T", "3"]) == 0
+    first = _rows(tmp_path / "results.csv")
+    assert main(args + ["--T", "3,5", "--resume"]) == 0
+    second = _rows(tmp_path / "results.csv")
+    assert second[:len(first)] == first
+    assert len(second) == 2 * len(first)
+    assert {r["run_id"] for r in second} == {first[0]["run_id"]}
+
+
+def test_module_entry_point_exits_2_without_traceback():
+    proc = subprocess.run([sys.executable, "-m", "harness", "sweep", "--op", "nope"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "harness: error: unknown op 'nope'; known ops: rwkv6"

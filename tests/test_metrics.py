@@ -1,0 +1,127 @@
+"""The metrics and the tolerance policy, each tested on right and on wrong tensors."""
+import math
+
+import pytest
+import torch
+
+from harness import tolerance
+from harness.metrics import compare_to_golden, compare_variants, first_bad_index
+from harness.tolerance import Tolerance, tolerance_for
+
+TOL = Tolerance(factor=2.0, atol=1e-6)
+
+
+def tensors(seed=0, shape=(2, 30, 3, 8)):
+    g = torch.Generator().manual_seed(seed)
+    gold = torch.randn(shape, generator=g, dtype=torch.float64)
+    base = (gold + 1e-3 * torch.randn(shape, generator=g, dtype=torch.float64)).float()
+    return gold, base
+
+
+def test_exact_result_passes_with_zero_error():
+    gold, base = tensors()
+    row = compare_to_golden(gold.float(), gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "PASS"
+    assert row["err"] <= row["floor"] and row["ratio"] < 0.5
+
+
+def test_error_of_the_baseline_size_passes():
+    gold, base = tensors()
+    row = compare_to_golden(base, gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "PASS"
+    assert row["err"] == pytest.approx(row["base_err"])
+
+
+def test_error_beyond_the_bound_fails_naming_every_term():
+    gold, base = tensors()
+    x = base.clone()
+    x[1, 7, 2, 3] += 0.1
+    row = compare_to_golden(x, gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "FAIL"
+    assert row["ratio"] > 1
+    for term in ("bound", "baseline err", "floor", "atol"):
+        assert term in row["message"]
+
+
+def test_nan_fails_and_names_the_earliest_step():
+    gold, base = tensors()
+    x = base.clone()
+    x[1, 5, 2, 0] = float("nan")
+    x[0, 9, 1, 1] = float("inf")
+    row = compare_to_golden(x, gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "FAIL"
+    assert (row["nan"], row["inf"]) == (1, 1)
+    assert row["first_bad"] == "(b=1, t=5, h=2)"
+    assert "NaN" in row["message"] and math.isinf(row["err"])
+
+
+def test_missing_tensor_fails():
+    gold, base = tensors()
+    row = compare_to_golden(None, gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "FAIL" and "None" in row["message"]
+
+
+def test_wrong_shape_fails():
+    gold, base = tensors()
+    row = compare_to_golden(base[:, :-1], gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "FAIL" and "shape" in row["message"]
+
+
+def test_zero_golden_passes_within_atol_only():
+    gold = torch.zeros(2, 3, dtype=torch.float64)
+    base = torch.zeros(2, 3)
+    assert compare_to_golden(torch.full((2, 3), 1e-7), gold, base, TOL, False)["verdict"] == "PASS"
+    assert compare_to_golden(torch.full((2, 3), 1e-5), gold, base, TOL, False)["verdict"] == "FAIL"
+
+
+def test_non_finite_baseline_is_a_harness_error_not_a_pass():
+    gold, base = tensors()
+    base[0, 0, 0, 0] = float("inf")
+    row = compare_to_golden(gold.float(), gold, base, TOL, seq_layout=True)
+    assert row["verdict"] == "ERROR"
+
+
+def test_floor_is_the_rounding_into_the_tensor_dtype():
+    gold, base = tensors()
+    row16 = compare_to_golden(gold.bfloat16(), gold, base.bfloat16(), TOL, seq_layout=True)
+    row32 = compare_to_golden(gold.float(), gold, base, TOL, seq_layout=True)
+    assert row16["floor"] > 100 * row32["floor"]
+    assert row16["verdict"] == "PASS"
+
+
+def test_first_bad_index_without_sequence_layout():
+    bad = torch.zeros(3, 4, dtype=torch.bool)
+    bad[2, 1] = True
+    assert first_bad_index(bad, seq_layout=False) == "(2, 1)"
+    assert first_bad_index(torch.zeros(3, dtype=torch.bool), seq_layout=False) == ""
+
+
+def test_variant_agreement_both_ways():
+    gold, base = tensors()
+    assert compare_variants(base, gold.float(), gold, 1e-2, True)["verdict"] == "PASS"
+    far = base + 1.0
+    row = compare_variants(far, gold.float(), gold, 1e-2, True)
+    assert row["verdict"] == "FAIL" and "differ" in row["message"]
+    nan = base.clone()
+    nan[0, 3, 0, 0] = float("nan")
+    assert compare_variants(nan, gold.float(), gold, 1e-2, True)["first_bad"] == "(b=0, t=3, h=0)"
+
+
+def test_default_factors_and_overrides(monkeypatch):
+    assert tolerance_for("rwkv6", "o", "bf16").factor == 2.0
+    assert tolerance_for("rwkv6", "ht", "fp32").factor == 2.0
+    assert tolerance_for("rwkv6", "dw", "bf16").factor == 3.0
+    monkeypatch.setattr(tolerance, "OVERRIDES", {("rwkv6", "dw", "bf16"): {"factor": 5.0},
+                                                 ("*", "dw", "bf16"): {"factor": 4.0, "atol": 1e-3}})
+    tol = tolerance_for("rwkv6", "dw", "bf16")
+    assert (tol.factor, tol.atol) == (5.0, 1e-3)
+    assert tolerance_for("gla", "dw", "bf16").factor == 4.0
+    assert tolerance_for("rwkv6", "dw", "fp16").factor == 3.0
+    assert tol.bound(1.0, 0.5) == pytest.approx(5.0 + 1.0 + 1e-3)
+
+
+def test_tensor_in_the_wrong_dtype_fails_and_floor_uses_the_contract():
+    gold, base = tensors()
+    row = compare_to_golden(gold.bfloat16(), gold, base, TOL, seq_layout=True, expected_dtype=torch.float32)
+    assert row["verdict"] == "FAIL" and "bfloat16" in row["message"] and "float32" in row["message"]
+    assert row["floor"] < 1e-6

@@ -1,0 +1,91 @@
+"""run_case on correct and on planted-bug implementations: the right verdict on the right row."""
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.registry import get_op, load_function
+from harness.runner import Implementation, run_case
+
+SPEC = get_op("rwkv6")
+CPU = torch.device("cpu")
+
+
+def impl(name, variant="chunk"):
+    return Implementation(variant, f"tests.implementations:{name}",
+                          load_function(f"tests.implementations:{name}"))
+
+
+def case(dtype="fp32", T=40, h0="grad", gate="normal"):
+    return Case(op="rwkv6", dtype=dtype, B=2, T=T, H=2, K=8, V=6, h0=h0, gate=gate, seed=1)
+
+
+def by_tensor(rows, check="golden"):
+    return {r["tensor"]: r for r in rows if r["check"] == check}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("gate", ["normal", "strong", "weak"])
+def test_correct_implementation_passes_every_row(dtype, gate):
+    rows = run_case(SPEC, case(dtype, gate=gate), [impl("baseline_like")], CPU)
+    assert {r["tensor"] for r in rows} == {"o", "ht", "dr", "dk", "dv", "dw", "du", "dh0"}
+    assert all(r["verdict"] == "PASS" for r in rows), [(r["tensor"], r["message"]) for r in rows
+                                                      if r["verdict"] != "PASS"]
+
+
+def test_long_sequence_uses_chunked_golden_and_passes():
+    rows = run_case(SPEC, case("bf16", T=300, h0="none", gate="strong"), [impl("baseline_like")], CPU)
+    assert all(r["verdict"] == "PASS" for r in rows)
+    assert "dh0" not in by_tensor(rows)
+
+
+def test_scaled_gate_gradient_fails_on_dw_only():
+    rows = by_tensor(run_case(SPEC, case("bf16"), [impl("gate_grad_scaled")], CPU))
+    assert rows["dw"]["verdict"] == "FAIL" and rows["dw"]["ratio"] > 1
+    assert "bound" in rows["dw"]["message"]
+    assert all(r["verdict"] == "PASS" for t, r in rows.items() if t != "dw")
+
+
+def test_kernel_that_raises_becomes_an_error_row_and_others_still_run():
+    rows = run_case(SPEC, case(), [impl("raises_in_backward"), impl("baseline_like", "fused_recurrent")], CPU)
+    errors = [r for r in rows if r["verdict"] == "ERROR"]
+    assert len(errors) == 1 and errors[0]["check"] == "run"
+    assert "planted failure in backward" in errors[0]["message"]
+    others = [r for r in rows if r["variant"] == "fused_recurrent"]
+    assert len(others) == 8 and all(r["verdict"] == "PASS" for r in others)
+
+
+def test_nan_output_fails_with_the_first_bad_step():
+    rows = by_tensor(run_case(SPEC, case(), [impl("nan_from_t10")], CPU))
+    assert rows["o"]["verdict"] == "FAIL"
+    assert rows["o"]["first_bad"].startswith("(b=0, t=10,")
+    assert rows["o"]["nan"] == 2 * 30 * 2 * 6
+
+
+def test_dropped_initial_state_gradient_fails_on_dh0():
+    rows = by_tensor(run_case(SPEC, case(), [impl("drops_initial_state_grad")], CPU))
+    assert rows["dh0"]["verdict"] == "FAIL" and "None" in rows["dh0"]["message"]
+    assert rows["o"]["verdict"] == "PASS"
+
+
+def test_missing_final_state_fails_on_ht():
+    rows = by_tensor(run_case(SPEC, case(), [impl("no_final_state")], CPU))
+    assert rows["ht"]["verdict"] == "FAIL"
+
+
+def test_fp32_case_computed_through_bf16_fails():
+    rows = by_tensor(run_case(SPEC, case("fp32"), [impl("through_bf16")], CPU))
+    assert rows["o"]["verdict"] == "FAIL"
+    assert rows["o"]["ratio"] > 10
+
+
+def test_agreement_rows_compare_the_two_variants():
+    rows = run_case(SPEC, case("bf16"), [impl("baseline_like"), impl("gate_grad_scaled", "fused_recurrent")], CPU)
+    agree = by_tensor(rows, "agreement")
+    assert agree["o"]["verdict"] == "PASS" and agree["o"]["variant"] == "chunk~fused_recurrent"
+    assert agree["dw"]["verdict"] == "FAIL"
+
+
+def test_final_state_in_the_wrong_dtype_fails():
+    rows = by_tensor(run_case(SPEC, case("bf16"), [impl("state_in_bf16")], CPU))
+    assert rows["ht"]["verdict"] == "FAIL" and "float32" in rows["ht"]["message"]
+    assert rows["o"]["verdict"] == "PASS"
