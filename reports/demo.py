@@ -34,7 +34,8 @@ def _golden(rng, base: dict, op: str, v: str, t: str, eps: float, planted: bool)
         message = f"{nan} NaN and 0 Inf where the golden is finite; first at {first_bad}"
     elif planted and (op, v, dtype, t) == ("rwkv6", "chunk", "bf16", "dk") and T >= 1024:
         err = bound * 3.2
-        message = f"err {err:.3g} > bound {bound:.3g} = 3 * base_err {base_err:.3g} + 2 * floor {floor:.3g}"
+        message = (f"err {err:.3g} > bound {bound:.3g} = 3 * base_err {base_err:.3g} "
+                   f"+ 2 * floor {floor:.3g}")
     return dict(base, variant=v, impl="ours", check="golden", tensor=t, err=err,
                 rel=err / (scale * 3), rms_rel=err / (scale * 9), base_err=base_err, floor=floor,
                 atol=1e-6, bound=bound, ratio=err / bound, nan=nan, inf=0, first_bad=first_bad,
@@ -56,8 +57,8 @@ def synthetic_results(Ts=(16, 64, 256, 1024, 4096), seed: int = 0, planted: bool
                                 T=T, H=2, K=64, V=64, M=np.nan, h0="grad", gate=gate,
                                 seed=1000 + T, wall_s=round(0.05 * T ** 0.5, 3), _Tmax=max(Ts))
                     for v in variants:
-                        if planted and (op, v, dtype, gate) == ("rwkv6", "fused_recurrent", "bf16", "strong") \
-                                and T == min(Ts):
+                        planted_error = ("rwkv6", "fused_recurrent", "bf16", "strong", min(Ts))
+                        if planted and (op, v, dtype, gate, T) == planted_error:
                             rows.append(dict(base, variant=v, impl="ours", check="run", tensor="",
                                              verdict="ERROR", message="CompilationError: at 12:4: "
                                              "<tl.dot> shape [16, 64] vs [64, 16] & more"))

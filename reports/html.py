@@ -207,7 +207,8 @@ def _filters(df: pd.DataFrame) -> str:
 
 def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) -> str:
     """The report page as a string. `meta` (run id, device, versions, git, wall time, command,
-    anything) is shown in the header before the run columns found in `df`."""
+    anything) is shown in the header before the run columns found in `df`. `plots=False`
+    leaves the figures out (faster)."""
     df = coerce_results(df)
     s = summarize(df)
     info = run_meta(df, meta)
@@ -215,7 +216,9 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
     if len(df):
         info.setdefault("T range", f"{fmt_num(df['T'].min())} .. {fmt_num(df['T'].max())}")
     info.setdefault("report generated", _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
-    title = f"Kernel correctness: {s['overall']}" + (f" — run {info['run_id']}" if "run_id" in info else "")
+    title = f"Kernel correctness: {s['overall']}"
+    if "run_id" in info:
+        title += f" — run {info['run_id']}"
 
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{_e(title)}</title>", f"<style>{_CSS}</style></head><body>",
@@ -226,6 +229,8 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
                      for v, n in s["counts"].items())
     out.append(f'<p><span class="headline {_e(s["overall"])}">{_e(s["overall"])}</span> '
                f"{badges}</p>")
+    out.append('<p class="nav"><a href="#failures">Failures</a> · <a href="#worst">Worst err/bound'
+               '</a> · <a href="#results-h">All results</a> · <a href="#plots">Plots</a></p>')
 
     fails = s["failures"]
     out.append(f'<h2 id="failures">Failures ({len(fails)})</h2>')
@@ -241,10 +246,11 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
     out.append(_pivot(s["worst_detail"]))
 
     out.append(f'<h2 id="results-h">All results ({len(df)} rows)</h2>')
-    const = [c for c in df.columns if c not in ALWAYS_SHOWN and df[c].nunique(dropna=False) <= 1]
+    const = [c for c in df.columns if len(df) > 1 and c not in ALWAYS_SHOWN
+             and df[c].nunique(dropna=False) <= 1]
     cols = [c for c in df.columns if c not in const]
     same = [c for c in const if c not in RUN_COLUMNS]  # run columns are in the header already
-    if len(df) > 1 and same:
+    if same:
         vals = {c: _num(df[c].iloc[0], "") if _is_num(c) else df[c].iloc[0] for c in same}
         parts = [f"{_e(c)}={_e(v)}" for c, v in vals.items() if v != ""]
         empty = [_e(c) for c, v in vals.items() if v == ""]
@@ -257,13 +263,16 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
     out.append(_table(df, cols, "results"))
 
     out.append('<h2 id="plots">Error against T</h2>')
-    figs = [error_vs_T_figure(df), ratio_vs_T_figure(df)] if plots else []
-    figs = [f for f in figs if f is not None]
+    figs = [("relative error vs T", error_vs_T_figure), ("err/bound vs T", ratio_vs_T_figure)]
+    figs = [(alt, fig(df)) for alt, fig in figs] if plots else []
+    figs = [(alt, f) for alt, f in figs if f is not None]
     if figs:
-        for f, alt in zip(figs, ("relative error vs T", "err/bound vs T")):
+        for alt, f in figs:
             out.append(f'<div><img class="plot" alt="{alt}" src="{png_data_uri(f)}"></div>')
-    else:
+    elif plots:
         out.append('<p class="note">No golden or agreement rows with a tensor to plot.</p>')
+    else:
+        out.append('<p class="note">Plots left out of this page.</p>')
     out.append(f"<script>{_JS}</script></body></html>")
     return "\n".join(out)
 

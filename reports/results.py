@@ -189,7 +189,8 @@ def run_meta(df: pd.DataFrame, meta: dict | None = None) -> dict:
     for c in RUN_COLUMNS:
         vals = [v for v in pd.unique(df[c]) if v != ""] if c in df else []
         if vals and c not in out:
-            out[c] = ", ".join(map(str, vals[:5])) + (f" (+{len(vals) - 5} more)" if len(vals) > 5 else "")
+            more = f" (+{len(vals) - 5} more)" if len(vals) > 5 else ""
+            out[c] = ", ".join(map(str, vals[:5])) + more
     if not any(k in out for k in ("wall_s", "wall", "wall_time")) and "wall_s" in df:
         w = df.drop_duplicates(["run_id", "case_id", "impl"])["wall_s"]
         if w.notna().any():

@@ -36,7 +36,8 @@ def render_terminal(df: pd.DataFrame, max_failures: int = 10, width: int = 160) 
         for r in w.itertuples(index=False):
             flag = f"  {r.fails} FAIL" if r.fails else ""
             where = f"{r.subject} {r.check} T={fmt_num(r.T)} case {r.case_id}"
-            lines.append(_one_line(f"  {r.tensor or '-':<6} {fmt_num(r.ratio):>8}{flag}  ({where})", width))
+            line = f"  {r.tensor or '-':<6} {fmt_num(r.ratio):>8}{flag}  ({where})"
+            lines.append(_one_line(line, width))
     f = s["failures"]
     if len(f):
         more = f", first {max_failures}" if len(f) > max_failures else ""

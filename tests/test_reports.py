@@ -10,6 +10,7 @@ import pytest
 from harness.schema import COLUMNS
 from reports import (error_vs_T_figure, failures, ratio_vs_T_figure, read_results, render_html,
                      render_markdown, render_terminal, summarize, write_html)
+from reports import plots as plots_mod
 from reports.__main__ import main as reports_main
 from reports.results import coerce_results, worst_ratio
 
@@ -300,3 +301,14 @@ def test_coerce_keeps_extra_columns():
     df = frame([row()]).assign(extra="x")
     out = coerce_results(df.drop(columns=["wall_s"]))
     assert list(out.columns) == COLUMNS + ["extra"] and out["wall_s"].isna().all()
+
+
+def test_plot_skips_undefined_rel_without_marking_nan():
+    # golden all zero: rel is inf while err is finite; drawn nowhere, but not a NaN result
+    df = frame([row(T=T, tensor="dw", err=1e-6, rel=math.inf) for T in (1, 8)]
+               + [row(T=8, tensor="o")])
+    assert _is_png(error_vs_T_figure(df))
+    prepared = plots_mod._prepare(df, ("golden",), "rel", bad_col="err")
+    assert not prepared["bad"].any() and prepared["finite"].tolist() == [False, False, True]
+    h = render_html(df, {}, plots=False)
+    assert "<img" not in h and "Plots left out" in h

@@ -12,6 +12,11 @@ dq, dk are the gradients through the state only (no bonus/diagonal term);
 `boundary` holds sum_v of the state leaving each chunk times its gradient
 (for the last chunk: the final state times dht). Summing only inside a chunk
 keeps the error independent of T, unlike a reverse cumsum over the sequence.
+
+Terms that carry no gate (a pair (i, j) whose gate product is empty, such as
+neighbours i = j + 1 in rwkv6, or the last row's own path into the leaving
+state) appear once with + and once with -; a caller may leave them out of
+both sides, which keeps dw precise when strong decay makes it tiny.
 """
 import torch
 import triton
@@ -25,19 +30,24 @@ def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: t
     i_b, i_h = i_bh // H, i_bh % H
     t = i_c * BT + tl.arange(0, BT).to(tl.int64)
     d = tl.arange(0, BK)
+    chunk_end = tl.minimum(i_c * BT + BT, T)
     mask = (t[:, None] < T) & (d[None, :] < K)
     offs = ((i_b * T + t[:, None]) * H + i_h) * K + d[None, :]
-    b_q = tl.load(q + offs, mask=mask, other=0).to(tl.float32)
-    b_dq = tl.load(dq + offs, mask=mask, other=0).to(tl.float32)
+    # q rows that count for row t: s >= t (reads S_t) or s > t (reads S_{t-1}): load them shifted
+    # by one in the second case, so the reverse cumsum is already exclusive and nothing cancels.
+    if Q_READS_CURRENT:
+        q_mask = mask
+        q_offs = offs
+    else:
+        q_mask = ((t[:, None] + 1) < chunk_end) & (d[None, :] < K)
+        q_offs = offs + H * K
+    b_q = tl.load(q + q_offs, mask=q_mask, other=0).to(tl.float32)
+    b_dq = tl.load(dq + q_offs, mask=q_mask, other=0).to(tl.float32)
     b_k = tl.load(k + offs, mask=mask, other=0).to(tl.float32)
     b_dk = tl.load(dk + offs, mask=mask, other=0).to(tl.float32)
     b_bound = tl.load(boundary + (i_bh * NT + i_c) * K + d, mask=d < K, other=0).to(tl.float32)
-    qdq = b_q * b_dq
-    kdk = b_k * b_dk
-    from_q = tl.cumsum(qdq, axis=0, reverse=True)
-    if not Q_READS_CURRENT:
-        from_q = from_q - qdq
-    b_dw = from_q - tl.cumsum(kdk, axis=0, reverse=True) + b_bound[None, :]
+    b_dw = (tl.cumsum(b_q * b_dq, axis=0, reverse=True) - tl.cumsum(b_k * b_dk, axis=0, reverse=True)
+            + b_bound[None, :])
     tl.store(dw + offs, b_dw.to(dw.dtype.element_ty), mask=mask)
 
 
