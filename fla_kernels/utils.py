@@ -13,13 +13,22 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def interpreter_numerics() -> bool:
+    """Whether kernels must avoid what the interpreter gets wrong (bf16 math, rounding stores).
+
+    The same as `interpreting()`; kept apart so the compile check can record the specialisations
+    a GPU would compile while running under the interpreter.
+    """
+    return interpreting()
+
+
 def dots_in_fp32(dtype: torch.dtype) -> bool:
     """Whether matrix products take fp32 operands (exact IEEE) rather than `dtype` operands.
 
     fp32 inputs always do; so does everything under the interpreter, whose
     bf16 arithmetic and bf16 `tl.dot` are wrong.
     """
-    return dtype == torch.float32 or interpreting()
+    return dtype == torch.float32 or interpreter_numerics()
 
 
 def store_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -28,7 +37,7 @@ def store_dtype(dtype: torch.dtype) -> torch.dtype:
     Under the interpreter fp32 -> bf16/fp16 stores truncate instead of rounding to nearest, which
     doubles the error; there kernels write fp32 and torch rounds. On a GPU: `dtype` itself.
     """
-    return torch.float32 if interpreting() else dtype
+    return torch.float32 if interpreter_numerics() else dtype
 
 
 def check_inputs(op: str, tensors: dict, shapes: dict, initial_state=None, state_shape=None):

@@ -378,9 +378,9 @@ def _bwd_intra_kernel(r, k, P, Q, u, dA, drs, dks, dr_first, dk_last, dr, dk, du
         b_dr *= exp_nonpos(b_pre)
         for j in range(BC):
             b_dA_col = tl.load(p_dA + i_i * BC + j, mask=(t < T) & (o_i > j + 1), other=0)
-            b_kj = _load_row(k, base, t_i + j, T, H, K, BK, i_k)
+            b_k_row = _load_row(k, base, t_i + j, T, H, K, BK, i_k)
             b_prej = load_prefix_row(P, base, t_i + j, T, H, K, BK, i_k, BC, False)
-            b_dr += b_dA_col[:, None] * b_kj[None, :] * exp_nonpos(b_pre - b_prej[None, :])
+            b_dr += b_dA_col[:, None] * b_k_row[None, :] * exp_nonpos(b_pre - b_prej[None, :])
 
         # dk of rows J = I through the state: blocks I' > J, then the diagonal block
         b_dk = tl.zeros([BC, BK], dtype=tl.float32)

@@ -7,13 +7,32 @@ Per (batch, head), with state S of shape [K, V]:
 Every kernel runs one program per (V-block, batch * head) and keeps a [BK, BV]
 float32 block of the state (or of its gradient) in registers:
 - `_fwd_kernel` steps forward in time: o and the final state.
-- `_bwd_dr_kernel` steps forward again: dr (the state part alone as well) and,
-  when dw is needed, the state at the end of every chunk of `CHUNK` tokens.
-- `_bwd_dkv_kernel` steps backward with dS: dk (state part as well), dv, du,
-  dh0 and, per chunk, sum_v(S_end * dS_end), the boundary term of dw.
+- `_bwd_dr_kernel` steps forward again: dr and, when dw is needed, drs' (below)
+  and the state leaving every chunk of `CHUNK` tokens less its last k^T v.
+- `_bwd_dkv_kernel` steps backward with dS: dk, dv, du, dh0 and, when dw is
+  needed, dks' and the boundary term of each chunk.
 dw then comes from `chunk_gate_grad`, which sums inside a chunk only, so its
 error does not grow with T and no past state is ever rebuilt by dividing by a
 decay. Sums over V are split across V-blocks and reduced with torch afterwards.
+
+dw without the gate-free terms. dL/dw_t = sum_v (exp(w_t) S_{t-1}) * dS_t, and
+with x_t = sum_v S_t * dS_t the recurrences for S and for
+dS_{t-1} = exp(w_t) dS_t + scale r_t^T do_t give, summed inside the chunk (last row L),
+    dw_t = sum_v(S_L * dS_L) + sum_{s > t} r_s drs_s - sum_{s >= t} k_s dks_s
+with drs_s = scale S_{s-1} do_s and dks_s = dS_s v_s. Both sums carry terms
+with no gate in them, which cancel exactly only in exact arithmetic:
+r_s drs_s holds scale (r_s * k_{s-1}) (v_{s-1} . do_s) and k_{s-1} dks_{s-1}
+the same, and sum_v(S_L * dS_L) holds k_L (dS_L v_L) = k_L dks_L. Under
+strong decay they are O(1) while dw is tiny, so in float32 they would cost dw
+its precision (at T = 1 with no initial state dw is exactly 0). The kernels
+therefore hand chunk_gate_grad the same sums with those terms left out of
+both sides:
+    drs'_s = scale (exp(w_{s-1}) S_{s-2}) do_s          (S_{s-1} less k_{s-1}^T v_{s-1})
+    dks'_s = (exp(w_{s+1}) dS_{s+1}) v_s for s < L,   dks'_L = 0   (dS_s less scale r_{s+1}^T do_{s+1})
+    boundary' = sum_v (exp(w_L) S_{L-1}) * dS_L        (S_L less k_L^T v_L)
+    dw_t = boundary' + sum_{t < s <= L} r_s drs'_s - sum_{t <= s < L} k_s dks'_s
+which is exactly dw (drs' of a chunk's first row is never read). Every term
+left carries at least one gate factor.
 """
 from __future__ import annotations
 
@@ -72,8 +91,10 @@ def _bwd_dr_kernel(k, v, w, u, h0, do, dr, drs, states, scale, T, NT, B,
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr, NEED_DW: tl.constexpr):
     """Forward in time. Per V-block partials [NV, B, T, H, K] float32 of dr (full) and
-    drs (through the state only); states [B, H, NT, K, V] float32: S at each chunk's end
-    (each program writes its V columns). drs and states are written only when NEED_DW."""
+    drs' (through the state before its last k^T v, see the module docstring; garbage in a
+    chunk's first row, which is never read); states [B, H, NT, K, V] float32: the state
+    leaving each chunk less the chunk's last k^T v, i.e. exp(w_L) S_{L-1} (each program
+    writes its V columns). drs and states are written only when NEED_DW."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = tl.arange(0, BK)
@@ -88,21 +109,22 @@ def _bwd_dr_kernel(k, v, w, u, h0, do, dr, drs, states, scale, T, NT, B,
     p_dr = dr + ((i_v * B + i_b) * T * H + i_h) * K + o_k
     p_drs = drs + ((i_v * B + i_b) * T * H + i_h) * K + o_k
     b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_{t-1}
     if USE_H0:
         b_h += tl.load(h0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0)
+    b_hd = b_h  # exp(w_{t-1}) S_{t-2}: S_{t-1} less k_{t-1}^T v_{t-1} (a stand-in at t = 0)
     for i_c in range(NT):
         for _ in range(tl.minimum(T - i_c * BT, BT)):
             b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
             b_w = tl.load(p_w, mask=m_k, other=0).to(tl.float32)
             b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
             b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32) * scale
-            b_drs = tl.sum(b_h * b_do[None, :], axis=1)
-            b_dr = b_drs + b_u * b_k * tl.sum(b_v * b_do, axis=0)
+            b_dr = tl.sum(b_h * b_do[None, :], axis=1) + b_u * b_k * tl.sum(b_v * b_do, axis=0)
             tl.store(p_dr, b_dr, mask=m_k)
             if NEED_DW:
-                tl.store(p_drs, b_drs, mask=m_k)
-            b_h = tl.exp(b_w)[:, None] * b_h + b_k[:, None] * b_v[None, :]
+                tl.store(p_drs, tl.sum(b_hd * b_do[None, :], axis=1), mask=m_k)
+            b_hd = tl.exp(b_w)[:, None] * b_h
+            b_h = b_hd + b_k[:, None] * b_v[None, :]
             p_k += H * K
             p_w += H * K
             p_v += H * V
@@ -111,7 +133,7 @@ def _bwd_dr_kernel(k, v, w, u, h0, do, dr, drs, states, scale, T, NT, B,
             p_drs += H * K
         if NEED_DW:
             p_s = states + (i_bh * NT + i_c) * K * V + o_k[:, None] * V + o_v[None, :]
-            tl.store(p_s, b_h, mask=m_kv)
+            tl.store(p_s, b_hd, mask=m_kv)
 
 
 @triton.jit
@@ -119,8 +141,9 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, USE_DHT: tl.constexpr,
                     STORE_DH0: tl.constexpr, NEED_DW: tl.constexpr):
-    """Backward in time with dS = dL/dS_t. Per V-block partials (float32): dk, dks
-    [NV, B, T, H, K], du [NV, B, H, K], bound [NV, B, H, NT, K]; dv in dv's dtype;
+    """Backward in time with dS = dL/dS_t. Per V-block partials (float32): dk, dks'
+    [NV, B, T, H, K], du [NV, B, H, K], boundary' [NV, B, H, NT, K] (dks' and boundary':
+    see the module docstring; written only when NEED_DW); dv in dv's dtype;
     dh0 [B, H, K, V] float32 when STORE_DH0."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -150,6 +173,9 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
             b_s = tl.load(states + (i_bh * NT + i_c) * K * V + o_kv, mask=m_kv, other=0)
             tl.store(bound + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k,
                      tl.sum(b_s * b_dh, axis=1), mask=m_k)
+        # exp(w_{t+1}) dS_{t+1}: dS_t less scale r_{t+1}^T do_{t+1}; zero for the chunk's last row,
+        # whose own path into the leaving state is left out of the boundary term as well
+        b_dhd = tl.zeros([BK, BV], dtype=tl.float32)
         b_duc = tl.zeros([BK], dtype=tl.float32)  # du of this chunk: keeps the sum short
         for _ in range(tl.minimum(T - i_c * BT, BT)):
             b_r = tl.load(p_r, mask=m_k, other=0).to(tl.float32) * scale
@@ -158,14 +184,14 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
             b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
             b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
             b_vdo = tl.sum(b_v * b_do, axis=0)
-            b_dks = tl.sum(b_dh * b_v[None, :], axis=1)
-            tl.store(p_dk, b_dks + b_r * b_u * b_vdo, mask=m_k)
+            tl.store(p_dk, tl.sum(b_dh * b_v[None, :], axis=1) + b_r * b_u * b_vdo, mask=m_k)
             if NEED_DW:
-                tl.store(p_dks, b_dks, mask=m_k)
+                tl.store(p_dks, tl.sum(b_dhd * b_v[None, :], axis=1), mask=m_k)
             b_dv = tl.sum(b_dh * b_k[:, None], axis=0) + tl.sum(b_r * b_u * b_k, axis=0) * b_do
             tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_v)
             b_duc += b_r * b_k * b_vdo
-            b_dh = tl.exp(b_w)[:, None] * b_dh + b_r[:, None] * b_do[None, :]
+            b_dhd = tl.exp(b_w)[:, None] * b_dh
+            b_dh = b_dhd + b_r[:, None] * b_do[None, :]
             p_r -= H * K
             p_k -= H * K
             p_w -= H * K

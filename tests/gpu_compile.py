@@ -1,0 +1,126 @@
+"""Compile the kernel specialisations a workload launches for a Hopper GPU, on a machine without one.
+
+The interpreter hides what only the compiler rejects (loop-carried values that change shape, broadcasts
+of mismatched blocks, dtype clashes in `tl.dot`). `record_launches` runs a workload under the
+interpreter with launches recorded instead of executed, GPU numerics selected (bf16 dot operands, no
+fp32 stores); `compile_records` then compiles each distinct specialisation to sm_90 machine code in a
+process where `triton.jit` is the real compiler.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from unittest import mock
+
+import torch
+
+TENSOR_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
+                torch.int32: "*i32", torch.int64: "*i64"}
+OPTION_NAMES = ("num_warps", "num_stages")
+
+
+def _is_constexpr(param: inspect.Parameter) -> bool:
+    note = param.annotation
+    return "constexpr" in (note if isinstance(note, str) else getattr(note, "__name__", str(note)))
+
+
+def _encode(value):
+    import triton.language as tl
+    if isinstance(value, tl.dtype):
+        return {"tl_dtype": value.name}
+    return value
+
+
+def _decode(value):
+    import triton.language as tl
+    if isinstance(value, dict) and "tl_dtype" in value:
+        return getattr(tl, {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(
+            value["tl_dtype"], value["tl_dtype"]))
+    return value
+
+
+def _describe_launch(fn, args, kwargs) -> dict:
+    params = list(inspect.signature(fn).parameters.values())
+    bound = dict(zip([p.name for p in params], args))
+    bound.update({k: v for k, v in kwargs.items() if k not in OPTION_NAMES})
+    signature, constexprs = {}, {}
+    for p in params:
+        value = bound.get(p.name, p.default)
+        if _is_constexpr(p) or value is None:
+            signature[p.name] = "constexpr"
+            constexprs[p.name] = _encode(value)
+        elif isinstance(value, torch.Tensor):
+            signature[p.name] = TENSOR_TYPES[value.dtype]
+        elif isinstance(value, bool):
+            signature[p.name] = "i1"
+        elif isinstance(value, int):
+            signature[p.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        elif isinstance(value, float):
+            signature[p.name] = "fp32"
+        else:
+            raise TypeError(f"{fn.__name__}: cannot type argument {p.name}={value!r}")
+    options = {k: kwargs[k] for k in OPTION_NAMES if k in kwargs}
+    return {"module": fn.__module__, "name": fn.__name__, "signature": signature,
+            "constexprs": constexprs, "options": options}
+
+
+@contextmanager
+def recording_launches():
+    """Within the block, kernel launches are recorded (list yielded) and not executed."""
+    from triton.runtime.interpreter import InterpretedFunction
+    records = []
+
+    def record(self, *args, grid, warmup, **kwargs):
+        records.append(_describe_launch(self.fn, args, kwargs))
+
+    with mock.patch.object(InterpretedFunction, "run", record), \
+            mock.patch("fla_kernels.utils.interpreter_numerics", return_value=False):
+        yield records
+
+
+def distinct(records: list[dict]) -> list[dict]:
+    seen, result = set(), []
+    for rec in records:
+        key = json.dumps(rec, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            result.append(rec)
+    return result
+
+
+def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200) -> list[dict]:
+    """Compile each record for sm_<arch> in a fresh process; one {name, ok, error} per record."""
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    proc = subprocess.run([sys.executable, "-m", "tests.gpu_compile", str(arch)], input=json.dumps(records),
+                          capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the compile process failed: {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def _compile_main(arch: int):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    records = json.loads(sys.stdin.read())
+    target = GPUTarget("cuda", arch, 32)
+    results = []
+    for rec in records:
+        fn = getattr(importlib.import_module(rec["module"]), rec["name"])
+        constexprs = {k: _decode(v) for k, v in rec["constexprs"].items()}
+        src = triton.compiler.ASTSource(fn=fn, signature=rec["signature"], constexprs=constexprs)
+        try:
+            triton.compile(src, target=target, options=rec["options"])
+            results.append({"name": rec["name"], "ok": True, "error": ""})
+        except Exception as exc:  # every failure is reported, the others still compile
+            results.append({"name": rec["name"], "ok": False, "error": f"{type(exc).__name__}: {exc}"[-2000:],
+                            "constexprs": rec["constexprs"]})
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    _compile_main(int(sys.argv[1]))
