@@ -1,99 +1,26 @@
 """chunk_rwkv6 against the float64 recurrent reference: outputs, final state, every gradient.
 
-Runs on CPU through the Triton interpreter (set by `import fla_kernels` when
-CUDA is absent), so shapes stay small. Inputs are generated in the kernel's
-dtype and upcast exactly to float64 for the reference, with one shared random
-upstream gradient for o and one for the final state.
+Runs on CPU through the Triton interpreter (set by `import fla_kernels` when CUDA is absent), so
+shapes stay small. Inputs, runner, reference and assertions come from tests/kernel_testing.py: inputs
+generated in the kernel's dtype and upcast exactly to float64 for the reference, one shared random
+upstream gradient for o and one for the final state, max|X - X64| <= REL_TOL[dtype] * max|X64|.
 """
 from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-import fla_kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA)
 from fla_kernels.ops.rwkv6.chunk import chunk_rwkv6
 from references.rwkv6 import rwkv6_recurrent
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-GRAD_NAMES = ("dr", "dk", "dv", "dw", "du")
-# max |X - X64| / max |X64| allowed, per kernel dtype
-REL_TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-2}
-GATE_NORMALISER = {"normal": 1.0, "strong": 0.05}
-
-
-def make_inputs(B, T, H, K, V, dtype, gate="normal", use_h0=True, seed=0):
-    """r, k, v, w, u in `dtype`, h0 float32 (or None), upstream do (dtype) and dht (float32)."""
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g)
-
-    if gate == "extreme":  # every step decays by exp(-60): a chunk's gate sum reaches -3840
-        w = torch.full((B, T, H, K), -60.0)
-    else:
-        w = F.logsigmoid(randn(B, T, H, K)) / GATE_NORMALISER[gate]
-    x = dict(r=randn(B, T, H, K), k=randn(B, T, H, K), v=randn(B, T, H, V), w=w, u=randn(H, K))
-    x = {name: t.to(dtype).to(DEVICE) for name, t in x.items()}
-    x["h0"] = randn(B, H, K, V).to(DEVICE) if use_h0 else None
-    x["do"] = randn(B, T, H, V).to(dtype).to(DEVICE)
-    x["dht"] = randn(B, H, K, V).to(DEVICE)
-    return x
-
-
-def run(fn, x, dtype, output_final_state, h0_grad=True):
-    """Forward and backward of fn on copies of x cast to dtype; returns every tensor by name."""
-    leaves = {n: x[n].to(dtype).detach().clone().requires_grad_() for n in ("r", "k", "v", "w", "u")}
-    h0 = None
-    if x["h0"] is not None:
-        h0 = x["h0"].to(torch.float64 if dtype == torch.float64 else torch.float32).detach().clone()
-        h0.requires_grad_(h0_grad)
-    o, ht = fn(*leaves.values(), initial_state=h0, output_final_state=output_final_state)
-    outputs, grads = [o], [x["do"].to(o.dtype)]
-    if output_final_state:
-        outputs.append(ht)
-        grads.append(x["dht"].to(ht.dtype))
-    torch.autograd.backward(outputs, grads)
-    out = {"o": o.detach(), "ht": None if ht is None else ht.detach()}
-    out.update({"d" + n: t.grad for n, t in leaves.items()})
-    out["dh0"] = None if h0 is None else h0.grad
-    return out
-
-
-def assert_close(name, got, ref, rel_tol):
-    """max|got - ref| <= rel_tol * max|ref|, finite where the reference is; the message names every term."""
-    assert got is not None, f"{name}: the kernel returned None"
-    assert got.shape == ref.shape, f"{name}: shape {tuple(got.shape)} != reference {tuple(ref.shape)}"
-    got = got.double()
-    bad = ~torch.isfinite(got)
-    assert not bad.any(), f"{name}: {int(bad.sum())} NaN/Inf values, first at {bad.nonzero()[0].tolist()}"
-    err = (got - ref).abs().max().item()
-    scale = ref.abs().max().item()
-    bound = rel_tol * scale
-    assert err <= bound, (f"{name}: max abs err {err:.3e} > bound {bound:.3e} (rel_tol {rel_tol:.0e} "
-                          f"* max|ref| {scale:.3e}; rel {err / max(scale, 1e-300):.3e})")
-    return err / scale if scale > 0 else 0.0
+from tests.kernel_testing import (REL_TOL, RWKV6, assert_close, assert_identical, assert_matches_reference,
+                                  assert_unchanged, make_inputs, reference, run)
 
 
 def check_case(B, T, H, K, V, dtype, gate="normal", use_h0=True, output_final_state=True, seed=0):
-    x = make_inputs(B, T, H, K, V, dtype, gate, use_h0, seed)
-    got = run(chunk_rwkv6, x, dtype, output_final_state)
-    ref = run(rwkv6_recurrent, x, torch.float64, output_final_state)
-    tol = REL_TOL[dtype]
-    rels = {"o": assert_close("o", got["o"], ref["o"], tol)}
-    assert got["o"].dtype == dtype
-    if output_final_state:
-        assert got["ht"].dtype == torch.float32
-        rels["ht"] = assert_close("final_state", got["ht"], ref["ht"], tol)
-    else:
-        assert got["ht"] is None
-    for name in GRAD_NAMES:
-        assert got[name].dtype == dtype, f"{name} dtype {got[name].dtype}"
-        rels[name] = assert_close(name, got[name], ref[name], tol)
-    if use_h0:
-        assert got["dh0"].dtype == torch.float32
-        rels["dh0"] = assert_close("dh0", got["dh0"], ref["dh0"], tol)
-    return rels
+    x = make_inputs(RWKV6, B, T, H, K, V, dtype, gate, use_h0, seed)
+    got = run(chunk_rwkv6, x, output_final_state)
+    assert (got["ht"] is not None) == output_final_state
+    return assert_matches_reference(RWKV6, got, reference(RWKV6, x, output_final_state), dtype)
 
 
 SHAPES = [  # B, T, H, K, V, initial state, output_final_state
@@ -126,60 +53,43 @@ def test_half_precision_matches_float64_reference(B, T, H, K, V, use_h0, gate, d
 
 def test_gradient_from_final_state_alone():
     """o unused: the only upstream gradient is dht."""
-    x = make_inputs(1, 70, 1, 16, 16, torch.float32)
-    grads = {}
-    for name, fn, dtype in (("kernel", chunk_rwkv6, torch.float32), ("ref", rwkv6_recurrent, torch.float64)):
-        leaves = [x[n].to(dtype).clone().requires_grad_() for n in ("r", "k", "v", "w", "u")]
-        h0 = x["h0"].to(dtype).clone().requires_grad_()
-        _, ht = fn(*leaves, initial_state=h0, output_final_state=True)
-        torch.autograd.backward([ht], [x["dht"].to(dtype)])
-        grads[name] = [t.grad for t in leaves] + [h0.grad]
-    assert grads["kernel"][0].abs().max() == 0, "dr must be zero when only the final state is used"
-    for label, got, ref in zip(("dk", "dv", "dw", "dh0"), grads["kernel"][1:4] + grads["kernel"][5:],
-                               grads["ref"][1:4] + grads["ref"][5:]):
-        assert_close(label, got, ref, REL_TOL[torch.float32])
+    x = make_inputs(RWKV6, 1, 70, 1, 16, 16, torch.float32)
+    got = run(chunk_rwkv6, x, True, loss_on="ht")
+    assert got["dr"].abs().max() == 0, "dr must be zero when only the final state is used"
+    assert_matches_reference(RWKV6, got, reference(RWKV6, x, True, loss_on="ht"), torch.float32)
 
 
 def test_only_requested_gradients_are_returned():
-    x = make_inputs(1, 20, 1, 16, 16, torch.float32)
-    r, k, w, u = (x[n] for n in ("r", "k", "w", "u"))
-    v = x["v"].clone().requires_grad_()
-    h0 = x["h0"].clone()  # no grad
-    o, ht = chunk_rwkv6(r, k, v, w, u, initial_state=h0)
-    assert ht is None
-    o.backward(x["do"])
-    assert v.grad is not None and torch.isfinite(v.grad).all() and v.grad.abs().max() > 0
-    assert r.grad is None and k.grad is None and w.grad is None and h0.grad is None
+    x = make_inputs(RWKV6, 1, 20, 1, 16, 16, torch.float32)
+    got = run(chunk_rwkv6, x, False, grads=("v",), h0_grad=False)  # h0 given, without grad
+    assert got["ht"] is None
+    assert torch.isfinite(got["dv"]).all() and got["dv"].abs().max() > 0
+    assert all(got[n] is None for n in ("dr", "dk", "dw", "du", "dh0"))
+    ref = reference(RWKV6, x, False, grads=("v",), h0_grad=False)
+    assert_close("dv", got["dv"], ref["dv"], REL_TOL[torch.float32])
 
 
 def test_scale_is_passed_through():
-    x = make_inputs(1, 40, 1, 16, 16, torch.float32, use_h0=False)
-    args = [x[n] for n in ("r", "k", "v", "w", "u")]
-    o, _ = chunk_rwkv6(*args, scale=0.3)
-    o_ref, _ = rwkv6_recurrent(*[a.double() for a in args], scale=0.3)
+    x = make_inputs(RWKV6, 1, 40, 1, 16, 16, torch.float32, h0=False)
+    o, _ = chunk_rwkv6(*x.args(), scale=0.3)
+    o_ref, _ = rwkv6_recurrent(*x.args(torch.float64), scale=0.3)
     assert_close("o", o, o_ref, REL_TOL[torch.float32])
 
 
 def test_inputs_unchanged_and_results_deterministic():
-    x = make_inputs(1, 70, 2, 16, 24, torch.float32, gate="strong")
-    before = {n: t.clone() for n, t in x.items() if t is not None}
-    first = run(chunk_rwkv6, x, torch.float32, output_final_state=True)
-    for name, t in before.items():
-        assert torch.equal(x[name], t), f"input {name} was modified"
-    second = run(chunk_rwkv6, x, torch.float32, output_final_state=True)
-    for name, t in first.items():
-        assert torch.equal(t, second[name]), f"{name} differs between two identical calls"
-
-
-def _args(B=1, T=8, H=2, K=16, V=8, dtype=torch.float32):
-    x = make_inputs(B, T, H, K, V, dtype)
-    return [x[n] for n in ("r", "k", "v", "w", "u")], x["h0"]
+    x = make_inputs(RWKV6, 1, 70, 2, 16, 24, torch.float32, gate="strong")
+    before = x.snapshot()
+    first = run(chunk_rwkv6, x, True)
+    assert_unchanged(x, before)
+    second = run(chunk_rwkv6, x, True)
+    assert_identical(first, second)
 
 
 @pytest.mark.parametrize("bad", ["k_shape", "v_batch", "w_time", "u_shape", "h0_shape", "mixed_dtype",
                                  "r_3d", "empty"])
 def test_bad_arguments_raise_value_error(bad):
-    (r, k, v, w, u), h0 = _args()
+    x = make_inputs(RWKV6, 1, 8, 2, 16, 8, torch.float32)
+    (r, k, v, w, u), h0 = x.args(), x.initial_state()
     if bad == "k_shape":
         k = k[..., :8]
     elif bad == "v_batch":
