@@ -1,8 +1,15 @@
-"""The tolerance policy: bound = factor * baseline error + 2 * floor + atol.
+"""The tolerance policy: bound = factor * baseline error + floor_factor * floor + atol.
 
 factor is 2 for outputs and states and 3 for gradients (flash-attention's convention);
-atol only matters where the golden is (nearly) zero. Exceptions go in OVERRIDES, one
-declarative entry per (op, tensor, dtype), each with the reason it exists.
+floor_factor is 2, except in fp32 (below); atol only matters where the golden is (nearly)
+zero. Exceptions go in OVERRIDES, one declarative entry per (op, tensor, dtype), each with
+the reason it exists.
+
+fp32 floor_factor 16 (8 units in the last place of max|X64|, about 1e-6 relative): the fp32
+baseline sums its products pairwise (torch), while a Triton `tl.dot` accumulates serially;
+where the baseline is only an ulp or two off the golden (T = 1, no state), a correct kernel
+is up to ~8 ulps off (seen on the H100: dr at T=1, K=V=128, 7.6 ulps). Every real fp32 bug
+class is orders of magnitude above that: tf32 products ~1e-3, a bf16 detour ~4e-3 relative.
 """
 from __future__ import annotations
 
@@ -11,9 +18,9 @@ from dataclasses import dataclass
 OUTPUT_TENSORS = ("o", "ht")
 DEFAULT_FACTOR = {"output": 2.0, "gradient": 3.0}
 DEFAULT_ATOL = {"fp32": 1e-6, "fp16": 1e-5, "bf16": 1e-5}
-FLOOR_FACTOR = 2.0
+DEFAULT_FLOOR_FACTOR = {"fp32": 16.0, "fp16": 2.0, "bf16": 2.0}
 
-# (op, tensor, dtype) -> {"factor": ..., "atol": ..., "reason": ...}; "*" matches anything.
+# (op, tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}; "*" matches anything.
 OVERRIDES: dict = {}
 
 
@@ -21,7 +28,7 @@ OVERRIDES: dict = {}
 class Tolerance:
     factor: float
     atol: float
-    floor_factor: float = FLOOR_FACTOR
+    floor_factor: float = 2.0
 
     def bound(self, base_err: float, floor: float) -> float:
         return self.factor * base_err + self.floor_factor * floor + self.atol
@@ -30,7 +37,8 @@ class Tolerance:
 def tolerance_for(op: str, tensor: str, dtype: str) -> Tolerance:
     """The tolerance of one tensor; the most specific override wins."""
     kind = "output" if tensor in OUTPUT_TENSORS else "gradient"
-    fields = {"factor": DEFAULT_FACTOR[kind], "atol": DEFAULT_ATOL[dtype]}
+    fields = {"factor": DEFAULT_FACTOR[kind], "atol": DEFAULT_ATOL[dtype],
+              "floor_factor": DEFAULT_FLOOR_FACTOR[dtype]}
     for key in ((op, tensor, "*"), ("*", tensor, dtype), (op, "*", dtype), (op, tensor, dtype)):
-        fields.update({k: v for k, v in OVERRIDES.get(key, {}).items() if k in ("factor", "atol")})
+        fields.update({k: v for k, v in OVERRIDES.get(key, {}).items() if k in fields})
     return Tolerance(**fields)

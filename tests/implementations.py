@@ -75,3 +75,17 @@ def state_in_bf16(r, k, v, w, u, **kw):
     """Returns the final state rounded to bf16 instead of float32."""
     o, ht = baseline_like(r, k, v, w, u, **kw)
     return o, (None if ht is None else ht.to(torch.bfloat16))
+
+
+def _to_tf32(x):
+    """Keep 10 mantissa bits, as a tensor-float-32 matrix unit reads an fp32 operand."""
+    if x.dtype != torch.float32:
+        return x
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+def through_tf32(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False):
+    """An fp32 kernel whose products run in tf32 (Triton's default for an fp32 tl.dot)."""
+    low = [_to_tf32(x) for x in (r, k, v)]
+    return baseline_like(*low, w, u, scale=scale, initial_state=initial_state,
+                         output_final_state=output_final_state)

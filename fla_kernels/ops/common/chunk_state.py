@@ -54,7 +54,7 @@ def exp_nonpos(x):
 
 # ----------------------------------------------------------------------------- gate sums
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _block_gate_sums_kernel(g, P, Q, T, H: tl.constexpr, K: tl.constexpr,
                             GS: tl.constexpr, BK: tl.constexpr):
     """P[t] = sum of g over t's block up to t inclusive; Q[t] = sum over t's block after t."""
@@ -165,7 +165,7 @@ def chunk_gate_tiles(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 
 # ----------------------------------------------------------------------------- states
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, T, NT, H: tl.constexpr, K: tl.constexpr,
                         V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr, BK: tl.constexpr,
                         BV: tl.constexpr, USE_G: tl.constexpr, USE_H0: tl.constexpr,
@@ -222,7 +222,7 @@ def chunk_fwd_h(k, v, gates, initial_state, chunk_size, gate_block, fp32_dot, op
     return states
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
                          K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, USE_G: tl.constexpr,

@@ -134,7 +134,7 @@ def _between(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr,
     return b_sum
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _intra_A_kernel(r, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr,
                     OPERAND_DTYPE: tl.constexpr):
@@ -188,7 +188,7 @@ def _intra_A_kernel(r, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
         tl.store(p_A, b_A, mask=m_A)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT"])
 def _fwd_o_kernel(r, v, P, Q, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                   V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                   BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
@@ -213,7 +213,7 @@ def _fwd_o_kernel(r, v, P, Q, states, A, o, scale, T, NT, H: tl.constexpr, K: tl
 
 # ----------------------------------------------------------------------------- backward kernels
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _bwd_dA_kernel(do, v, dA, scale, T, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """dA [B, H, T, BT] float32 = scale * do v^T on and below the diagonal, per (chunk, b*h)."""
@@ -230,7 +230,7 @@ def _bwd_dA_kernel(do, v, dA, scale, T, H: tl.constexpr, V: tl.constexpr, BT: tl
     tl.store(p_dA, b_dA * scale, mask=m_dA)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT"])
 def _bwd_dv_kernel(k, P, Q, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                    V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                    BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
@@ -255,7 +255,7 @@ def _bwd_dv_kernel(k, P, Q, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.
     _store_rows(dv, b_dv, base_v, c0, T, H, V, BT, BV, i_v)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT"])
 def _bwd_inter_kernel(k, v, P, Q, do, states, dh, drs, dks, dr_first, dk_last, boundary, scale,
                       T, NT,
                       H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
@@ -314,7 +314,7 @@ def _gather_rows(x, base, t, m_t, H: tl.constexpr, D: tl.constexpr, BD: tl.const
     return tl.load(x + offs, mask=m_t[:, None] & (d[None, :] < D), other=0).to(tl.float32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT"])
 def _bwd_intra_kernel(r, k, P, Q, u, dA, drs, dks, dr_first, dk_last, dr, dk, du_part, T, NT,
                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       BK: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):

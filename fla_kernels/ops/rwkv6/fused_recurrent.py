@@ -46,7 +46,7 @@ from fla_kernels.utils import check_inputs, store_dtype
 CHUNK = 64  # tokens per chunk of the dw sums
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T"])
 def _fwd_kernel(r, k, v, w, u, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexpr,
                 V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                 USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
@@ -86,7 +86,7 @@ def _fwd_kernel(r, k, v, w, u, h0, o, ht, scale, T, H: tl.constexpr, K: tl.const
         tl.store(ht + o_kv, b_h, mask=m_kv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT", "B"])
 def _bwd_dr_kernel(k, v, w, u, h0, do, dr, drs, states, scale, T, NT, B,
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr, NEED_DW: tl.constexpr):
@@ -136,7 +136,7 @@ def _bwd_dr_kernel(k, v, w, u, h0, do, dr, drs, states, scale, T, NT, B,
             tl.store(p_s, b_hd, mask=m_kv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T", "NT", "B"])
 def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound, scale, T, NT, B,
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, BV: tl.constexpr, USE_DHT: tl.constexpr,
