@@ -46,7 +46,7 @@ class Case:
 PRESETS = {
     "cpu": {
         "description": "small shapes for the Triton interpreter (default without a GPU)",
-        "B": [2], "T": [1, 20, 65], "H": [2], "KV": [(16, 16), (12, 20)],
+        "B": [1], "T": [1, 65], "H": [2], "KV": [(16, 16), (12, 20)],
         "h0": ["none", "grad"], "gate": ["normal", "strong"],
     },
     "gpu": {

@@ -39,7 +39,7 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, blo
                                                 load_suffix)
 from fla_kernels.ops.common.dot import mma
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.utils import check_inputs, dots_in_fp32
+from fla_kernels.utils import check_inputs, dots_in_fp32, store_dtype
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
@@ -456,11 +456,11 @@ def _forward(r, k, v, w, u, scale, initial_state):
     gates = block_gate_sums(w, BC)
     states = _states(L, k, v, gates, initial_state)
     A = _intra_scores(L, r, k, gates, u)
-    o = torch.empty_like(v)
+    o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
         r, v, *gates, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK,
         BV=L.BV, **L.dots)
-    return o, states
+    return o.to(v.dtype), states
 
 
 def _backward(r, k, v, w, u, scale, initial_state, do, dht):
@@ -475,7 +475,7 @@ def _backward(r, k, v, w, u, scale, initial_state, do, dht):
     A = _intra_scores(L, r, k, gates, u)
     dA = torch.empty_like(A)
     _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
-    dv = torch.empty_like(v)
+    dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _bwd_dv_kernel[grid_v](k, *gates, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
                            BT=BT, BC=BC, BK=L.BK, BV=L.BV, **L.dots)
     drs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=r.device)
@@ -484,13 +484,13 @@ def _backward(r, k, v, w, u, scale, initial_state, do, dht):
     dr_first, dk_last = torch.empty_like(boundary), torch.empty_like(boundary)
     _bwd_inter_kernel[grid_k](k, v, *gates, do, states, dh, drs, dks, dr_first, dk_last, boundary, scale,
                               L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK, BV=L.BV, **L.dots)
-    dr, dk = torch.empty_like(r), torch.empty_like(k)
+    dr, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (r, k))
     du_part = torch.empty(L.B, L.NT, L.H, L.K, dtype=torch.float32, device=r.device)
     _bwd_intra_kernel[grid_k](r, k, *gates, u, dA, drs, dks, dr_first, dk_last, dr, dk, du_part,
                               L.T, L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK, **L.dots)
-    dw = chunk_gate_grad(r, drs, k, dks, boundary, BT, q_reads_current=False, out_dtype=w.dtype)
+    dw = chunk_gate_grad(r, drs, k, dks, boundary, BT, q_reads_current=False, out_dtype=store_dtype(w.dtype))
     du = du_part.sum(dim=(0, 1)).to(u.dtype)
-    return dr, dk, dv, dw, du, dh0
+    return dr.to(r.dtype), dk.to(k.dtype), dv.to(v.dtype), dw.to(w.dtype), du, dh0
 
 
 class ChunkRWKV6Function(torch.autograd.Function):
