@@ -142,7 +142,8 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
                     BK: tl.constexpr, BV: tl.constexpr, USE_DHT: tl.constexpr,
                     STORE_DH0: tl.constexpr, NEED_DW: tl.constexpr):
     """Backward in time with dS = dL/dS_t. Per V-block partials (float32): dk, dks'
-    [NV, B, T, H, K], du [NV, B, H, K], boundary' [NV, B, H, NT, K] (dks' and boundary':
+    [NV, B, T, H, K], du per chunk [NV, B, H, NT, K] (summed by torch, pairwise: a serial
+    fp32 sum over a long sequence loses ~sqrt(T) ulps), boundary' [NV, B, H, NT, K] (dks' and boundary':
     see the module docstring; written only when NEED_DW); dv in dv's dtype;
     dh0 [B, H, K, V] float32 when STORE_DH0."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
@@ -166,7 +167,6 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
     b_dh = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_DHT:
         b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
-    b_du = tl.zeros([BK], dtype=tl.float32)
     for i in range(NT):
         i_c = NT - 1 - i
         if NEED_DW:
@@ -176,7 +176,7 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
         # exp(w_{t+1}) dS_{t+1}: dS_t less scale r_{t+1}^T do_{t+1}; zero for the chunk's last row,
         # whose own path into the leaving state is left out of the boundary term as well
         b_dhd = tl.zeros([BK, BV], dtype=tl.float32)
-        b_duc = tl.zeros([BK], dtype=tl.float32)  # du of this chunk: keeps the sum short
+        b_duc = tl.zeros([BK], dtype=tl.float32)
         for _ in range(tl.minimum(T - i_c * BT, BT)):
             b_r = tl.load(p_r, mask=m_k, other=0).to(tl.float32) * scale
             b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
@@ -200,8 +200,7 @@ def _bwd_dkv_kernel(r, k, v, w, u, do, dht, states, dk, dks, dv, du, dh0, bound,
             p_dv -= H * V
             p_dk -= H * K
             p_dks -= H * K
-        b_du += b_duc
-    tl.store(du + (i_v * B * H + i_bh) * K + o_k, b_du, mask=m_k)
+        tl.store(du + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k, b_duc, mask=m_k)
     if STORE_DH0:
         tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
 
@@ -259,7 +258,7 @@ class FusedRecurrentRWKV6Function(torch.autograd.Function):
             dk = torch.empty(NV, B, T, H, K, **f32)
             dks = torch.empty(NV, B, T, H, K, **f32) if need_w else dk  # dk: a never-written stand-in
             dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-            du = torch.empty(NV, B, H, K, **f32)
+            du = torch.empty(NV, B, H, NT, K, **f32)
             dh0 = torch.empty(B, H, K, V, **f32) if need_h0 else None
             bound = torch.empty(NV, B, H, NT, K, **f32) if need_w else None
             _bwd_dkv_kernel[(NV, B * H)](
@@ -274,7 +273,7 @@ class FusedRecurrentRWKV6Function(torch.autograd.Function):
             dk.sum(0).to(k.dtype) if need_k else None,
             dv.to(v.dtype) if need_v else None,
             dw,
-            du.sum((0, 1)).to(u.dtype) if need_u else None,
+            du.sum((0, 1, 3)).to(u.dtype) if need_u else None,
             None,
             dh0.to(ctx.h0_dtype) if need_h0 else None,
             None,
