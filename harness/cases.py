@@ -47,34 +47,39 @@ PRESETS = {
     "cpu": {
         "description": "small shapes for the Triton interpreter (default without a GPU)",
         "B": [1], "T": [1, 65], "H": [2], "KV": [(16, 16), (12, 20)],
-        "h0": ["none", "grad"], "gate": ["normal", "strong"],
+        "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [16],
     },
     "gpu": {
         "description": "the GPU grid (default with a GPU)",
         "B": [2], "T": [1, 63, 64, 65, 1000, 4096, 43884], "H": [1, 4],
         "KV": [(64, 64), (64, 16), (128, 128), (60, 60)],
-        "h0": ["none", "grad"], "gate": ["normal", "strong"],
+        "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [16, 64],
     },
     "smoke": {
         "description": "one tiny case, to see that everything runs",
-        "B": [1], "T": [17], "H": [1], "KV": [(16, 16)], "h0": ["grad"], "gate": ["normal"],
+        "B": [1], "T": [17], "H": [1], "KV": [(16, 16)], "h0": ["grad"], "gate": ["normal"], "M": [16],
     },
 }
-AXES = ("B", "T", "H", "KV", "h0", "gate")
+AXES = ("B", "T", "H", "KV", "h0", "gate", "M")
 
 
 def default_preset() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def expand(op: str, dtypes, preset: str, overrides: dict, seed: int) -> list[Case]:
-    """The cases of `preset` for `op` and each dtype, with axes replaced by `overrides`."""
+def expand(op: str, dtypes, preset: str, overrides: dict, seed: int, uses_slots: bool = False) -> list[Case]:
+    """The cases of `preset` for `op` and each dtype, with axes replaced by `overrides`.
+
+    The slot axis M applies only to ops with slots (`uses_slots`); the others get M = 0.
+    """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset '{preset}'; known presets: {', '.join(PRESETS)}.")
     axes = {a: PRESETS[preset][a] for a in AXES}
     axes.update({a: v for a, v in overrides.items() if v})
+    if not uses_slots:
+        axes["M"] = [0]
     cases = []
     for dtype in dtypes:
-        for B, T, H, (K, V), h0, gate in itertools.product(*(axes[a] for a in AXES)):
-            cases.append(Case(op=op, dtype=dtype, B=B, T=T, H=H, K=K, V=V, h0=h0, gate=gate, seed=seed))
+        for B, T, H, (K, V), h0, gate, M in itertools.product(*(axes[a] for a in AXES)):
+            cases.append(Case(op=op, dtype=dtype, B=B, T=T, H=H, K=K, V=V, h0=h0, gate=gate, seed=seed, M=M))
     return cases

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dtype", type=_csv(str), default=list(DTYPES), help="fp32,fp16,bf16")
     sweep.add_argument("--variant", type=_csv(str), help="variants to run (default: all of the op)")
     sweep.add_argument("--preset", help=f"case grid: {', '.join(PRESETS)} (default: gpu with CUDA, else cpu)")
-    for axis in ("B", "T", "H", "K", "V"):
+    for axis in ("B", "T", "H", "K", "V", "M"):
         sweep.add_argument(f"--{axis}", type=_csv(int), help=f"override the preset's {axis} values")
     sweep.add_argument("--h0", type=_csv(str), help=f"initial state: {', '.join(H0_OPTIONS)}")
     sweep.add_argument("--gate", type=_csv(str), help=f"gate strength: {', '.join(GATES)}")
@@ -87,11 +87,11 @@ def plan_sweep(args):
     _check_choices("gate", args.gate, list(GATES))
     preset = args.preset or default_preset()
     _check_choices("preset", [preset], list(PRESETS))
-    for axis in ("B", "T", "H", "K", "V"):
+    for axis in ("B", "T", "H", "K", "V", "M"):
         if any(v < 1 for v in getattr(args, axis) or []):
             raise UsageError(f"--{axis} values must be positive integers")
     external = _parse_impls(args.impl, specs)
-    overrides = {"B": args.B, "T": args.T, "H": args.H, "h0": args.h0, "gate": args.gate}
+    overrides = {"B": args.B, "T": args.T, "H": args.H, "h0": args.h0, "gate": args.gate, "M": args.M}
     if args.K or args.V:
         overrides["KV"] = list(itertools.product(args.K or args.V, args.V or args.K))
     plan = []
@@ -102,7 +102,7 @@ def plan_sweep(args):
             impls = implementations(spec, variants, {v: t for v, t in external.items() if v in variants})
         except ValueError as exc:
             raise UsageError(str(exc).rstrip("."))
-        for case in expand(spec.name, args.dtype, preset, overrides, args.seed):
+        for case in expand(spec.name, args.dtype, preset, overrides, args.seed, spec.uses_slots):
             plan.append((spec, case, impls))
     return plan, preset
 

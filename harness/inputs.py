@@ -14,9 +14,9 @@ from harness.registry import OpSpec
 @dataclass
 class CaseInputs:
     tensors: dict            # name -> tensor in the case dtype (positional inputs of the op)
-    initial_state: object    # float32 tensor or None
+    initial_states: tuple    # float32 tensors, one per state of the op, or None
     do: torch.Tensor         # upstream gradient of o, case dtype
-    dht: torch.Tensor        # upstream gradient of the final state, float32
+    dhts: tuple              # upstream gradients of the final states, float32
     scale: float
 
 
@@ -39,11 +39,10 @@ def make_inputs(spec: OpSpec, case: Case, device) -> CaseInputs:
         return x.to(dtype).to(device)
 
     tensors = {s.name: draw(spec.shape_of(s, dims), s.kind) for s in spec.inputs}
-    state_shape = tuple(dims[s] for s in spec.state_shape)
+    state_shapes = [tuple(dims[d] for d in s.shape) for s in spec.states]
     h0 = None
     if case.h0 != "none":
-        h0 = torch.randn(state_shape, generator=gen, dtype=torch.float32).to(device)
-    out_shape = (case.B, case.T, case.H, case.V)
-    do = draw(out_shape)
-    dht = torch.randn(state_shape, generator=gen, dtype=torch.float32).to(device)
-    return CaseInputs(tensors=tensors, initial_state=h0, do=do, dht=dht, scale=case.K ** -0.5)
+        h0 = tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(device) for shape in state_shapes)
+    do = draw((case.B, case.T, case.H, case.V))
+    dhts = tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(device) for shape in state_shapes)
+    return CaseInputs(tensors=tensors, initial_states=h0, do=do, dhts=dhts, scale=case.K ** -0.5)

@@ -18,13 +18,20 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    """One recurrent state: its name ("h" gives tensors "ht" and "dh0") and shape symbols."""
+    name: str
+    shape: tuple
+
+
+@dataclass(frozen=True)
 class OpSpec:
     name: str
     inputs: tuple                     # InputSpec, in positional order of the public functions
     variants: dict                    # variant -> "module:function"
     reference_loop: str               # "module:function", the float64 definition
     reference_chunked: str            # "module:function", same numbers, fast for long T
-    state_shape: tuple = ("B", "H", "K", "V")
+    states: tuple = (StateSpec("h", ("B", "H", "K", "V")),)   # more than one: passed as tuples
     loop_max_T: int = 256             # above this the golden comes from the chunked form
     baseline_chunk_size: int = 64     # the chunk of the same-dtype baseline: production kernels' size
     description: str = ""
@@ -37,9 +44,14 @@ class OpSpec:
         return tuple(dims[s] for s in spec.shape)
 
     @property
-    def gradient_names(self) -> tuple:
-        """Names of the gradient tensors: 'd' + input name, then the initial state's."""
-        return tuple("d" + s.name for s in self.inputs) + ("dh0",)
+    def uses_slots(self) -> bool:
+        return any("M" in s.shape for s in self.inputs)
+
+    def final_state_names(self) -> list:
+        return [s.name + "t" for s in self.states]
+
+    def initial_state_grad_names(self) -> list:
+        return ["d" + s.name + "0" for s in self.states]
 
 
 def load_function(target: str) -> Callable:

@@ -39,27 +39,41 @@ def implementations(spec: OpSpec, variants, external: dict) -> list[Implementati
 def execute(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None) -> dict:
     """Forward and backward with the shared upstream gradients; returns every output and gradient.
 
-    Inputs are cloned first (optionally cast to `to_dtype`), so no implementation sees another's tensors.
+    Inputs are cloned first (optionally cast to `to_dtype`), so no implementation sees another's
+    tensors. An op with one state takes and returns it as a tensor, with several as tuples.
     """
     def leaf(x, grad=True):
         x = x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
         return x.requires_grad_(grad)
 
+    def cast(x):
+        return x if to_dtype is None else x.to(to_dtype)
+
+    single = len(spec.states) == 1
     leaves = {name: leaf(x) for name, x in inputs.tensors.items()}
     h0 = None
-    if inputs.initial_state is not None:
-        h0 = leaf(inputs.initial_state, grad=case.h0 == "grad")
-    o, ht = fn(*leaves.values(), scale=inputs.scale, initial_state=h0, output_final_state=True)
-    outputs, grads = [o], [inputs.do if to_dtype is None else inputs.do.to(to_dtype)]
-    if ht is not None:
-        outputs.append(ht)
-        grads.append(inputs.dht if to_dtype is None else inputs.dht.to(to_dtype))
+    if inputs.initial_states is not None:
+        h0 = tuple(leaf(x, grad=case.h0 == "grad") for x in inputs.initial_states)
+    o, finals = fn(*leaves.values(), scale=inputs.scale, initial_state=h0[0] if single and h0 else h0,
+                   output_final_state=True)
+    if single:
+        finals = (finals,)
+    elif finals is None:
+        finals = (None,) * len(spec.states)
+    outputs, grads = [o], [cast(inputs.do)]
+    for final, dht in zip(finals, inputs.dhts):
+        if final is not None:
+            outputs.append(final)
+            grads.append(cast(dht))
     torch.autograd.backward(outputs, grads)
-    result = {"o": o.detach(), "ht": None if ht is None else ht.detach()}
+    result = {"o": o.detach()}
+    for name, final in zip(spec.final_state_names(), finals):
+        result[name] = None if final is None else final.detach()
     for name, x in leaves.items():
         result["d" + name] = x.grad
     if case.h0 == "grad":
-        result["dh0"] = h0.grad
+        for name, x in zip(spec.initial_state_grad_names(), h0):
+            result[name] = x.grad
     return result
 
 
@@ -76,13 +90,14 @@ def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs) -> tuple[d
 
 
 def expected_tensors(spec: OpSpec, case: Case) -> list[str]:
-    names = ["o", "ht"] + ["d" + s.name for s in spec.inputs]
-    return names + (["dh0"] if case.h0 == "grad" else [])
+    names = ["o"] + spec.final_state_names() + ["d" + s.name for s in spec.inputs]
+    return names + (spec.initial_state_grad_names() if case.h0 == "grad" else [])
 
 
-def contract_dtypes(case: Case, inputs: CaseInputs) -> dict:
+def contract_dtypes(spec: OpSpec, case: Case, inputs: CaseInputs) -> dict:
     """The dtype each returned tensor must have: o and input gradients in the inputs' dtype, states fp32."""
-    dtypes = {"o": case.torch_dtype, "ht": torch.float32, "dh0": torch.float32}
+    dtypes = {"o": case.torch_dtype}
+    dtypes.update({name: torch.float32 for name in spec.final_state_names() + spec.initial_state_grad_names()})
     dtypes.update({"d" + name: x.dtype for name, x in inputs.tensors.items()})
     return dtypes
 
@@ -104,7 +119,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device) -> l
         return [_run_row(case, impl, "ERROR", f"golden or baseline failed: {_describe(exc)}")
                 for impl in impls]
     names = expected_tensors(spec, case)
-    dtypes = contract_dtypes(case, inputs)
+    dtypes = contract_dtypes(spec, case, inputs)
     results, bounds = {}, {}
     for impl in impls:
         start = time.perf_counter()
