@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import os
 import subprocess
 from pathlib import Path
 
@@ -20,6 +21,10 @@ def device_name() -> str:
 
 
 def git_commit() -> str:
+    """The checkout's short commit (with -dirty), or $HARNESS_GIT_COMMIT where there is no .git
+    (a copy of the tree on a GPU box), else "unknown"."""
+    if os.environ.get("HARNESS_GIT_COMMIT"):
+        return os.environ["HARNESS_GIT_COMMIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
