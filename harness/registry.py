@@ -87,7 +87,62 @@ RWKV6 = OpSpec(
     description="S_t = diag(exp(w_t)) S_{t-1} + k_t^T v_t; o_t = scale r_t (S_{t-1} + diag(u) k_t^T v_t)",
 )
 
-OPS = {spec.name: spec for spec in (RWKV6,)}
+QKV = (InputSpec("q", ("B", "T", "H", "K")), InputSpec("k", ("B", "T", "H", "K")),
+       InputSpec("v", ("B", "T", "H", "V")))
+
+LINEAR_ATTN = OpSpec(
+    name="linear_attn",
+    inputs=QKV,
+    variants={
+        "chunk": "fla_kernels.ops.linear_attn:chunk_linear_attn",
+        "fused_chunk": "fla_kernels.ops.linear_attn:fused_chunk_linear_attn",
+        "fused_recurrent": "fla_kernels.ops.linear_attn:fused_recurrent_linear_attn",
+    },
+    reference_loop="references.linear_attn:linear_attn_recurrent",
+    reference_chunked="references.linear_attn:linear_attn_chunked",
+    description="S_t = S_{t-1} + k_t^T v_t; o_t = scale q_t S_t",
+)
+
+SIMPLE_GLA = OpSpec(
+    name="simple_gla",
+    inputs=QKV + (InputSpec("g", ("B", "T", "H"), kind="gate"),),
+    variants={
+        "chunk": "fla_kernels.ops.simple_gla:chunk_simple_gla",
+        "fused_recurrent": "fla_kernels.ops.simple_gla:fused_recurrent_simple_gla",
+    },
+    reference_loop="references.simple_gla:simple_gla_recurrent",
+    reference_chunked="references.simple_gla:simple_gla_chunked",
+    description="S_t = exp(g_t) S_{t-1} + k_t^T v_t (g per head); o_t = scale q_t S_t",
+)
+
+GLA = OpSpec(
+    name="gla",
+    inputs=QKV + (InputSpec("g", ("B", "T", "H", "K"), kind="gate"),),
+    variants={
+        "chunk": "fla_kernels.ops.gla:chunk_gla",
+        "fused_chunk": "fla_kernels.ops.gla:fused_chunk_gla",
+        "fused_recurrent": "fla_kernels.ops.gla:fused_recurrent_gla",
+    },
+    reference_loop="references.gla:gla_recurrent",
+    reference_chunked="references.gla:gla_chunked",
+    description="S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t; o_t = scale q_t S_t",
+)
+
+GSA = OpSpec(
+    name="gsa",
+    inputs=QKV + (InputSpec("s", ("B", "T", "H", "M")), InputSpec("g", ("B", "T", "H", "M"), kind="gate")),
+    variants={
+        "chunk": "fla_kernels.ops.gsa:chunk_gsa",
+        "fused_recurrent": "fla_kernels.ops.gsa:fused_recurrent_gsa",
+    },
+    reference_loop="references.gsa:gsa_recurrent",
+    reference_chunked="references.gsa:gsa_chunked",
+    states=(StateSpec("hk", ("B", "H", "K", "M")), StateSpec("hv", ("B", "H", "M", "V"))),
+    description="hk_t = hk_{t-1} diag(exp(g_t)) + k_t^T s_t; hv_t = diag(exp(g_t)) hv_{t-1} + s_t^T v_t; "
+                "o_t = softmax(scale q_t hk_t) hv_t",
+)
+
+OPS = {spec.name: spec for spec in (LINEAR_ATTN, SIMPLE_GLA, GLA, RWKV6, GSA)}
 
 
 def get_op(name: str) -> OpSpec:

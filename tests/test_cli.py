@@ -85,4 +85,4 @@ def test_module_entry_point_exits_2_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "harness", "sweep", "--op", "nope"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "harness: error: unknown op 'nope'; known ops: rwkv6"
+    assert proc.stderr.strip() == "harness: error: unknown op 'nope'; known ops: gla, gsa, linear_attn, rwkv6, simple_gla"
