@@ -1,45 +1,45 @@
 """Every kernel specialisation our public functions launch compiles for Hopper (sm_90).
 
-Runs without a GPU: launches are recorded under the interpreter with GPU numerics selected, then
-compiled by Triton's real compiler. It catches what the interpreter lets through (loop-carried
+Runs without a GPU: each registered op and variant goes through the harness's forward and backward
+with launches recorded under the interpreter (GPU numerics selected), then Triton's real compiler
+builds every distinct specialisation. It catches what the interpreter lets through (loop-carried
 values that change shape, mismatched broadcasts, dot operand dtypes) before a GPU run does.
 """
 import pytest
 import torch
 
-from fla_kernels import chunk_rwkv6, fused_recurrent_rwkv6
+from harness.cases import Case
+from harness.inputs import make_inputs
+from harness.registry import OPS
+from harness.runner import execute
 from tests.gpu_compile import compile_records, distinct, recording_launches
 
 # K != V and a non-power-of-two head dim; bf16 (tensor-core dots) and fp32 (IEEE dots) code paths.
 SHAPES = [(64, 16), (60, 60)]
-DTYPES = [torch.bfloat16, torch.float32]
+DTYPES = ["bf16", "fp32"]
+VARIANTS = [(op, variant) for op, spec in sorted(OPS.items()) for variant in spec.variants]
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="on a GPU the kernel tests compile every kernel for real")
 
 
-def _forward_backward(fn, dtype, K, V, with_h0):
-    B, T, H = 1, 70, 2
-    r, k, w = (torch.randn(B, T, H, K, dtype=dtype, requires_grad=True) for _ in range(3))
-    v = torch.randn(B, T, H, V, dtype=dtype, requires_grad=True)
-    u = torch.randn(H, K, dtype=dtype, requires_grad=True)
-    h0 = torch.randn(B, H, K, V, requires_grad=True) if with_h0 else None
-    o, ht = fn(r, k, v, w, u, initial_state=h0, output_final_state=True)
-    torch.autograd.backward([o, ht], [torch.randn_like(o), torch.randn_like(ht)])
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the kernel tests compile every kernel")
-@pytest.mark.parametrize("fn", [chunk_rwkv6, fused_recurrent_rwkv6], ids=lambda f: f.__name__)
-def test_every_launched_kernel_compiles_for_sm90(fn):
+@pytest.mark.parametrize("op,variant", VARIANTS, ids=[f"{o}-{v}" for o, v in VARIANTS])
+def test_every_launched_kernel_compiles_for_sm90(op, variant):
+    spec = OPS[op]
+    fn = spec.variant_fn(variant)
     with recording_launches() as records:
         for dtype in DTYPES:
             for K, V in SHAPES:
-                for with_h0 in (False, True):
-                    _forward_backward(fn, dtype, K, V, with_h0)
+                for h0 in ("none", "grad"):
+                    case = Case(op=op, dtype=dtype, B=1, T=70, H=2, K=K, V=V, h0=h0, gate="normal",
+                                seed=0, M=32 if spec.uses_slots else 0)
+                    execute(fn, spec, case, make_inputs(spec, case, torch.device("cpu")))
     records = distinct(records)
-    assert len({r["name"] for r in records}) >= 3, "no kernel launch was recorded"
+    assert records, "no kernel launch was recorded"
     failures = [r for r in compile_records(records) if not r["ok"]]
     assert not failures, "\n\n".join(f"{f['name']} {f['constexprs']}:\n{f['error']}" for f in failures)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs the interpreter to record launches")
 def test_the_check_rejects_a_kernel_only_the_compiler_refuses():
     from tests import broken_triton
     with recording_launches() as records:
