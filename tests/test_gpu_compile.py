@@ -40,6 +40,20 @@ def test_every_launched_kernel_compiles_for_sm90(op, variant):
     assert not failures, "\n\n".join(f"{f['name']} {f['constexprs']}:\n{f['error']}" for f in failures)
 
 
+def test_simple_gla_without_a_gate_compiles_for_sm90():
+    """g=None takes other specialisations (no gate) than the registry's cases."""
+    from fla_kernels.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
+    with recording_launches() as records:
+        for fn in (chunk_simple_gla, fused_recurrent_simple_gla):
+            for dtype in (torch.bfloat16, torch.float32):
+                q, k = (torch.randn(1, 70, 2, 64, dtype=dtype, requires_grad=True) for _ in range(2))
+                v = torch.randn(1, 70, 2, 16, dtype=dtype, requires_grad=True)
+                o, ht = fn(q, k, v, None, output_final_state=True)
+                torch.autograd.backward([o, ht], [torch.randn_like(o), torch.randn_like(ht)])
+    failures = [r for r in compile_records(distinct(records)) if not r["ok"]]
+    assert not failures, "\n\n".join(f"{f['name']}:\n{f['error']}" for f in failures)
+
+
 def test_the_check_rejects_a_kernel_only_the_compiler_refuses():
     from tests import broken_triton
     with recording_launches() as records:

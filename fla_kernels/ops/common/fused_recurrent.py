@@ -1,0 +1,328 @@
+"""Token-by-token kernels for S_t = decay_t S_{t-1} + k_t^T v_t, o_t = scale q_t S_t.
+
+One kernel set serves three op families through the constexpr GATE:
+    GATE_CHANNEL (gla):        decay_t = diag(exp(g_t)), g [B, T, H, K]
+    GATE_SCALAR  (simple_gla): decay_t = exp(g_t),       g [B, T, H]
+    GATE_NONE    (linear_attn, simple_gla with g=None): decay_t = 1
+
+Every kernel runs one program per (V-block, batch * head) and keeps a [BK, BV]
+float32 block of the state (or of its gradient) in registers, all of K in one block:
+- `_fwd_kernel` steps forward in time: o and the final state.
+- `_bwd_dq_kernel` steps forward again: dq and, when dg is needed, dq' (below)
+  and, per chunk of CHUNK tokens, the leaving state less its last k^T v.
+- `_bwd_dkv_kernel` steps backward with dS = dL/dS_t: dk, dv, dh0 and, when dg is
+  needed, dk' and the boundary term of each chunk.
+Sums over V (dq, dk, the boundary term) are per V-block partials reduced by torch.
+
+The gate gradient. dL/dg_t = sum_v (exp(g_t) S_{t-1}) * dS_t per channel, and with
+x_t = sum_v S_t * dS_t the recurrences S_t = exp(g_t) S_{t-1} + k_t^T v_t and
+dS_{t-1} = exp(g_t) dS_t + scale q_{t-1}^T do_{t-1} give, inside a chunk with last row L,
+    dg_t = sum_v(S_L * dh_L) + sum_{s >= t} q_s dq_s - sum_{s >= t} k_s dk_s
+with dq_s = scale S_s do_s, dk_s = dS_s v_s and dh_L = exp(g_{L+1}) dS_{L+1} (dht after the
+last token): `chunk_gate_grad` with q_reads_current=True. Three kinds of terms there carry no
+gate of the chunk: q_s dq_s and k_s dk_s both hold scale (q_s * k_s)(v_s . do_s) (the
+token's own k_s^T v_s read by its own q_s), and the boundary holds k_L (dh_L v_L), which
+k_L dk_L holds too. They cancel only in exact arithmetic; under strong decay they are O(1)
+while dg is tiny (exactly 0 at T = 1 without an initial state). The kernels hand
+chunk_gate_grad the same sums without them:
+    dq'_s = scale (exp(g_s) S_{s-1}) do_s                        (S_s less k_s^T v_s)
+    dk'_s = (exp(g_{s+1}) dS_{s+1}) v_s for s < L,   dk'_L = 0   (dS_s less scale q_s^T do_s)
+    boundary' = sum_v (exp(g_L) S_{L-1}) * dh_L                  (S_L less k_L^T v_L)
+    dg_t = boundary' + sum_{t <= s <= L} q_s dq'_s - sum_{t <= s < L} k_s dk'_s
+Every term left carries a gate of the chunk. The scalar gate's gradient is that per-channel
+formula summed over K (in torch, after chunk_gate_grad).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.gate_grad import chunk_gate_grad
+from fla_kernels.utils import store_dtype
+
+CHUNK = 64  # tokens per chunk of the gate-gradient sums
+
+GATE_NONE, GATE_SCALAR, GATE_CHANNEL = 0, 1, 2
+
+
+@triton.jit
+def _gate_ptr(g, token, K: tl.constexpr, o_k, GATE: tl.constexpr):
+    """Pointer(s) to the gate of a token (flat int64 index (b * T + t) * H + h): a [BK] block
+    (GATE_CHANNEL) or a scalar (GATE_SCALAR)."""
+    if GATE == 2:
+        return g + token * K + o_k
+    else:
+        return g + token
+
+
+@triton.jit
+def _gate_stride(H: tl.constexpr, K: tl.constexpr, GATE: tl.constexpr):
+    """Elements between the gates of consecutive tokens."""
+    if GATE == 2:
+        return H * K
+    else:
+        return H
+
+
+@triton.jit
+def _decay(p_g, m_k, GATE: tl.constexpr):
+    """exp(g_t) shaped to scale a [BK, BV] block: [BK, 1] (GATE_CHANNEL) or a scalar (GATE_SCALAR)."""
+    if GATE == 2:
+        return tl.exp(tl.load(p_g, mask=m_k, other=0).to(tl.float32))[:, None]
+    else:
+        return tl.exp(tl.load(p_g).to(tl.float32))
+
+
+@triton.jit(do_not_specialize=["T"])
+def _fwd_kernel(q, k, v, g, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
+                USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
+    """o [B, T, H, V] in o's dtype; ht [B, H, K, V] float32 when STORE_HT."""
+    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    o_kv = i_bh * K * V + o_k[:, None] * V + o_v[None, :]
+
+    p_q = q + (i_b * T * H + i_h) * K + o_k
+    p_k = k + (i_b * T * H + i_h) * K + o_k
+    p_v = v + (i_b * T * H + i_h) * V + o_v
+    p_o = o + (i_b * T * H + i_h) * V + o_v
+    if GATE != 0:
+        p_g = _gate_ptr(g, i_b * T * H + i_h, K, o_k, GATE)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        b_h += tl.load(h0 + o_kv, mask=m_kv, other=0).to(tl.float32)
+    for _ in range(T):
+        b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
+        b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+        b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+        if GATE != 0:
+            b_h = b_h * _decay(p_g, m_k, GATE)
+            p_g += _gate_stride(H, K, GATE)
+        b_h += b_k[:, None] * b_v[None, :]
+        b_o = tl.sum(b_q[:, None] * b_h, axis=0)
+        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
+        p_q += H * K
+        p_k += H * K
+        p_v += H * V
+        p_o += H * V
+    if STORE_HT:
+        tl.store(ht + o_kv, b_h, mask=m_kv)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "B"])
+def _bwd_dq_kernel(k, v, g, h0, do, dq, dqs, states, scale, T, NT, B,
+                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, USE_H0: tl.constexpr,
+                   NEED_DG: tl.constexpr):
+    """Forward in time. Per V-block partials [NV, B, T, H, K] float32 of dq = scale S_t do_t and,
+    when NEED_DG, dq' = scale (exp(g_t) S_{t-1}) do_t; states [B, H, NT, K, V] float32: the state
+    leaving each chunk less the chunk's last k^T v (each program writes its V columns)."""
+    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+
+    p_k = k + (i_b * T * H + i_h) * K + o_k
+    p_v = v + (i_b * T * H + i_h) * V + o_v
+    p_do = do + (i_b * T * H + i_h) * V + o_v
+    p_dq = dq + ((i_v * B + i_b) * T * H + i_h) * K + o_k
+    p_dqs = dqs + ((i_v * B + i_b) * T * H + i_h) * K + o_k
+    if GATE != 0:
+        p_g = _gate_ptr(g, i_b * T * H + i_h, K, o_k, GATE)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t
+    if USE_H0:
+        b_h += tl.load(h0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0)
+    b_hd = b_h  # exp(g_t) S_{t-1}: S_t less k_t^T v_t
+    for i_c in range(NT):
+        for _ in range(tl.minimum(T - i_c * BT, BT)):
+            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32) * scale
+            if GATE != 0:
+                b_hd = b_h * _decay(p_g, m_k, GATE)
+                p_g += _gate_stride(H, K, GATE)
+            else:
+                b_hd = b_h
+            b_h = b_hd + b_k[:, None] * b_v[None, :]
+            tl.store(p_dq, tl.sum(b_h * b_do[None, :], axis=1), mask=m_k)
+            if NEED_DG:
+                tl.store(p_dqs, tl.sum(b_hd * b_do[None, :], axis=1), mask=m_k)
+            p_k += H * K
+            p_v += H * V
+            p_do += H * V
+            p_dq += H * K
+            p_dqs += H * K
+        if NEED_DG:
+            p_s = states + (i_bh * NT + i_c) * K * V + o_k[:, None] * V + o_v[None, :]
+            tl.store(p_s, b_hd, mask=m_kv)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "B"])
+def _bwd_dkv_kernel(q, k, v, g, do, dht, states, dk, dks, dv, dh0, bound, scale, T, NT, B,
+                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, USE_DHT: tl.constexpr,
+                    STORE_DH0: tl.constexpr, NEED_DG: tl.constexpr):
+    """Backward in time. Per V-block partials (float32): dk and, when NEED_DG, dk' [NV, B, T, H, K]
+    and boundary' [NV, B, H, NT, K] (see the module docstring); dv in dv's dtype; dh0 [B, H, K, V]
+    float32 when STORE_DH0."""
+    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    o_kv = o_k[:, None] * V + o_v[None, :]
+
+    last = (i_b * T + T - 1) * H + i_h  # the last token of this sequence
+    p_q = q + last * K + o_k
+    p_k = k + last * K + o_k
+    p_v = v + last * V + o_v
+    p_do = do + last * V + o_v
+    p_dv = dv + last * V + o_v
+    p_dk = dk + (i_v * B * T * H + last) * K + o_k
+    p_dks = dks + (i_v * B * T * H + last) * K + o_k
+    if GATE != 0:
+        p_g = _gate_ptr(g, last, K, o_k, GATE)
+    # dh = exp(g_{t+1}) dS_{t+1}: the gradient reaching S_t from later tokens (dht after the last)
+    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_DHT:
+        b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    for i in range(NT):
+        i_c = NT - 1 - i
+        if NEED_DG:
+            b_s = tl.load(states + (i_bh * NT + i_c) * K * V + o_kv, mask=m_kv, other=0)
+            tl.store(bound + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k,
+                     tl.sum(b_s * b_dh, axis=1), mask=m_k)
+        n = tl.minimum(T - i_c * BT, BT)
+        for j in range(n):
+            b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
+            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
+            if NEED_DG:
+                # the chunk's last row (j = 0) keeps no dk': its path into the leaving state
+                # is left out of the boundary term as well
+                b_dks = tl.sum(b_dh * b_v[None, :], axis=1)
+                tl.store(p_dks, tl.where(j > 0, b_dks, 0.0), mask=m_k)
+            b_dS = b_dh + b_q[:, None] * b_do[None, :]
+            tl.store(p_dk, tl.sum(b_dS * b_v[None, :], axis=1), mask=m_k)
+            b_dv = tl.sum(b_dS * b_k[:, None], axis=0)
+            tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_v)
+            if GATE != 0:
+                b_dh = b_dS * _decay(p_g, m_k, GATE)
+                p_g -= _gate_stride(H, K, GATE)
+            else:
+                b_dh = b_dS
+            p_q -= H * K
+            p_k -= H * K
+            p_v -= H * V
+            p_do -= H * V
+            p_dv -= H * V
+            p_dk -= H * K
+            p_dks -= H * K
+    if STORE_DH0:
+        tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
+
+
+def _blocks(K, V):
+    """(BK, BV, NV, num_warps): all of K in one block, V split in blocks of at most 32."""
+    BK = triton.next_power_of_2(K)
+    BV = min(triton.next_power_of_2(V), 32)
+    return BK, BV, triton.cdiv(V, BV), (8 if BK * BV >= 8192 else 4)
+
+
+def gate_mode(g) -> int:
+    """GATE_NONE, GATE_SCALAR ([B, T, H]) or GATE_CHANNEL ([B, T, H, K])."""
+    if g is None:
+        return GATE_NONE
+    return GATE_SCALAR if g.dim() == 3 else GATE_CHANNEL
+
+
+class FusedRecurrentFunction(torch.autograd.Function):
+    """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad.
+
+    g may be None (no decay; its gradient is None), [B, T, H] or [B, T, H, K].
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
+        q, k, v = (x.contiguous() for x in (q, k, v))
+        g = None if g is None else g.contiguous()
+        h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        BK, BV, NV, num_warps = _blocks(K, V)
+        gate = gate_mode(g)
+        o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
+        ht = torch.empty(B, H, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
+        _fwd_kernel[(NV, B * H)](
+            q, k, v, g, h0, o, ht, scale, T, H=H, K=K, V=V, BK=BK, BV=BV, GATE=gate,
+            USE_H0=h0 is not None, STORE_HT=output_final_state, num_warps=num_warps)
+        ctx.save_for_backward(q, k, v, g, h0)
+        ctx.scale = scale
+        ctx.gate = gate
+        ctx.h0_dtype = None if initial_state is None else initial_state.dtype
+        ctx.set_materialize_grads(False)
+        return o.to(v.dtype), ht
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, h0 = ctx.saved_tensors
+        need_q, need_k, need_v, need_g, _, need_h0, _ = ctx.needs_input_grad
+        need_g = need_g and g is not None
+        scale, gate = ctx.scale, ctx.gate
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        BK, BV, NV, num_warps = _blocks(K, V)
+        NT = triton.cdiv(T, CHUNK)
+        f32 = dict(dtype=torch.float32, device=q.device)
+        do = torch.zeros_like(v) if do is None else do.contiguous()
+        dht = None if dht is None else dht.to(torch.float32).contiguous()
+        dq = dqs = dk = dks = dv = dh0 = dg = None
+
+        states = torch.empty(B, H, NT, K, V, **f32) if need_g else None
+        if need_q or need_g:
+            dq = torch.empty(NV, B, T, H, K, **f32)
+            dqs = torch.empty(NV, B, T, H, K, **f32) if need_g else dq  # dq: a never-written stand-in
+            _bwd_dq_kernel[(NV, B * H)](
+                k, v, g, h0, do, dq, dqs, states, scale, T, NT, B, H=H, K=K, V=V, BT=CHUNK,
+                BK=BK, BV=BV, GATE=gate, USE_H0=h0 is not None, NEED_DG=need_g, num_warps=num_warps)
+        if need_k or need_v or need_g or need_h0:
+            dk = torch.empty(NV, B, T, H, K, **f32)
+            dks = torch.empty(NV, B, T, H, K, **f32) if need_g else dk  # dk: a never-written stand-in
+            dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+            dh0 = torch.empty(B, H, K, V, **f32) if need_h0 else None
+            bound = torch.empty(NV, B, H, NT, K, **f32) if need_g else None
+            _bwd_dkv_kernel[(NV, B * H)](
+                q, k, v, g, do, dht, states, dk, dks, dv, dh0, bound, scale, T, NT, B,
+                H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, USE_DHT=dht is not None,
+                STORE_DH0=need_h0, NEED_DG=need_g, num_warps=num_warps)
+            if need_g:
+                if gate == GATE_CHANNEL:
+                    dg = chunk_gate_grad(q, dqs.sum(0), k, dks.sum(0), bound.sum(0), CHUNK,
+                                         q_reads_current=True, out_dtype=store_dtype(g.dtype)).to(g.dtype)
+                else:
+                    dg = chunk_gate_grad(q, dqs.sum(0), k, dks.sum(0), bound.sum(0), CHUNK,
+                                         q_reads_current=True, out_dtype=torch.float32).sum(-1).to(g.dtype)
+        return (
+            dq.sum(0).to(q.dtype) if need_q else None,
+            dk.sum(0).to(k.dtype) if need_k else None,
+            dv.to(v.dtype) if need_v else None,
+            dg,
+            None,
+            dh0.to(ctx.h0_dtype) if need_h0 else None,
+            None,
+        )
+
+
+def fused_recurrent(q, k, v, g, scale, initial_state, output_final_state):
+    """The shared launcher; the public functions check their arguments and call this."""
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    return FusedRecurrentFunction.apply(q, k, v, g, scale, initial_state, bool(output_final_state))

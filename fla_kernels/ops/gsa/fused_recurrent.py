@@ -1,0 +1,383 @@
+"""Gated slot attention, token by token: forward and backward Triton kernels with fp32 states in registers.
+
+Per (batch, head), with M slots, hk [K, M] and hv [M, V]:
+    hk_t = hk_{t-1} diag(exp(g_t)) + k_t^T s_t
+    hv_t = diag(exp(g_t)) hv_{t-1} + s_t^T v_t
+    z_t  = scale q_t hk_t,   p_t = softmax(z_t),   o_t = p_t hv_t
+
+The softmax needs every slot and the whole K reduction, so a program holds all of hk
+([BK, BM] with BK, BM covering K, M) and a block of hv:
+- `_fwd_kernel`, one program per (V-block, b*h): o and the final states.
+- `_bwd_fwd_kernel`, one per b*h (all of V: dp needs the full V reduction), forward in time:
+  p, dp_t = hv_t do_t, dz = p * (dp - <p, dp>), dq = scale hk_t dz_t and, when dg is needed,
+  the gate sums y' (below) and the states leaving each chunk less their last increment.
+- `_bwd_rev_kernel`, one per b*h, backward in time with the state gradients
+      Dhk_t = Dhk_{t+1} diag(exp(g_{t+1})) + scale q_t^T dz_t
+      Dhv_t = diag(exp(g_{t+1})) Dhv_{t+1} + p_t^T do_t:
+  dk_t = Dhk_t s_t, dv_t = s_t Dhv_t, ds_t = k_t Dhk_t + Dhv_t v_t, dhk0, dhv0 and, when dg
+  is needed, ds' and the chunk boundary terms (below).
+
+dg. With S standing for either state written with its slot dimension first (hk^T [M, K] or
+hv [M, V]), Sm_t = diag(exp(g_t)) S_{t-1} (the state less its increment s_t^T b_t) and
+dSm_t = diag(exp(g_{t+1})) dS_{t+1} (the state gradient less the readout of step t),
+dg_t = sum over both states and their second axis of Sm_t * dS_t, and the recurrences give
+(summed over one chunk of CHUNK tokens, last row L)
+    dg_t = boundary' + sum_{t <= u <= L} y'_u - sum_{t <= u < L} s_u * ds'_u
+    y'_u = dz_u * (scale q_u Sm^k_u) + p_u * (Sm^v_u do_u)     (the readouts of Sm_u)
+    ds'_u = k_u dSm^k_u + dSm^v_u v_u                          (ds_u less the readout of step u)
+    boundary' = sum (Sm_L * dSm_L)                             (both states)
+Every term carries a gate factor: the gate-free ones (a step's own increment read at that
+step) appear in both y and s * ds and are left out of both, so strong decay, which makes
+dg tiny while they stay O(1), does not cost dg its precision in float32 (at T = 1 with no
+initial state dg is exactly 0). The sums run inside a chunk only (`chunk_gate_grad`), so
+their error does not grow with T, and no past state is rebuilt by dividing by a decay.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common import chunk_gate_grad
+from fla_kernels.utils import check_inputs, store_dtype
+
+CHUNK = 64  # tokens per chunk of the dg sums
+
+
+@triton.jit
+def _softmax(z, m_m):
+    """Softmax of a [BM] row over the valid slots (zero elsewhere)."""
+    z = tl.where(m_m, z, float("-inf"))
+    e = tl.exp(z - tl.max(z, axis=0))
+    return e / tl.sum(e, axis=0)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, scale, T, H: tl.constexpr, K: tl.constexpr,
+                V: tl.constexpr, M: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
+                USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
+    """o [B, T, H, V] in o's dtype; hkt [B, H, K, M], hvt [B, H, M, V] float32 when STORE_HT."""
+    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)
+    o_m = tl.arange(0, BM)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k, m_m, m_v = o_k < K, o_m < M, o_v < V
+    m_km = m_k[:, None] & m_m[None, :]
+    m_mv = m_m[:, None] & m_v[None, :]
+    o_km = i_bh * K * M + o_k[:, None] * M + o_m[None, :]
+    o_mv = i_bh * M * V + o_m[:, None] * V + o_v[None, :]
+
+    p_q = q + (i_b * T * H + i_h) * K + o_k
+    p_k = k + (i_b * T * H + i_h) * K + o_k
+    p_v = v + (i_b * T * H + i_h) * V + o_v
+    p_s = s + (i_b * T * H + i_h) * M + o_m
+    p_g = g + (i_b * T * H + i_h) * M + o_m
+    p_o = o + (i_b * T * H + i_h) * V + o_v
+    b_hk = tl.zeros([BK, BM], dtype=tl.float32)
+    b_hv = tl.zeros([BM, BV], dtype=tl.float32)
+    if USE_H0:
+        b_hk += tl.load(hk0 + o_km, mask=m_km, other=0).to(tl.float32)
+        b_hv += tl.load(hv0 + o_mv, mask=m_mv, other=0).to(tl.float32)
+    for _ in range(T):
+        b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
+        b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+        b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+        b_s = tl.load(p_s, mask=m_m, other=0).to(tl.float32)
+        b_d = tl.exp(tl.load(p_g, mask=m_m, other=0).to(tl.float32))
+        b_hk = b_hk * b_d[None, :] + b_k[:, None] * b_s[None, :]
+        b_hv = b_hv * b_d[:, None] + b_s[:, None] * b_v[None, :]
+        b_p = _softmax(tl.sum(b_q[:, None] * b_hk, axis=0), m_m)
+        b_o = tl.sum(b_p[:, None] * b_hv, axis=0)
+        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
+        p_q += H * K
+        p_k += H * K
+        p_v += H * V
+        p_s += H * M
+        p_g += H * M
+        p_o += H * V
+    if STORE_HT:
+        # only the first V-block writes hk (a scalar bool and'ed with a block mask trips the interpreter)
+        tl.store(hkt + o_km, b_hk, mask=m_k[:, None] & (o_m[None, :] < tl.where(i_v == 0, M, 0)))
+        tl.store(hvt + o_mv, b_hv, mask=m_mv)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_fwd_kernel(q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, T, NT,
+                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
+                    USE_H0: tl.constexpr, NEED_DG: tl.constexpr):
+    """Forward in time, one program per b*h. Writes dq (dq's dtype), p and dz [B, T, H, M] float32;
+    with NEED_DG also y' [B, T, H, M] and the chunk-leaving states less their last increment,
+    stk [B, H, NT, K, M] and stv [B, H, NT, M, V], float32 (see the module docstring)."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)
+    o_m = tl.arange(0, BM)
+    o_v = tl.arange(0, BV)
+    m_k, m_m, m_v = o_k < K, o_m < M, o_v < V
+    m_km = m_k[:, None] & m_m[None, :]
+    m_mv = m_m[:, None] & m_v[None, :]
+    o_km = o_k[:, None] * M + o_m[None, :]
+    o_mv = o_m[:, None] * V + o_v[None, :]
+
+    p_q = q + (i_b * T * H + i_h) * K + o_k
+    p_k = k + (i_b * T * H + i_h) * K + o_k
+    p_dq = dq + (i_b * T * H + i_h) * K + o_k
+    p_v = v + (i_b * T * H + i_h) * V + o_v
+    p_do = do + (i_b * T * H + i_h) * V + o_v
+    p_s = s + (i_b * T * H + i_h) * M + o_m
+    p_g = g + (i_b * T * H + i_h) * M + o_m
+    p_p = p + (i_b * T * H + i_h) * M + o_m
+    p_dz = dz + (i_b * T * H + i_h) * M + o_m
+    p_y = y + (i_b * T * H + i_h) * M + o_m
+    b_hk = tl.zeros([BK, BM], dtype=tl.float32)
+    b_hv = tl.zeros([BM, BV], dtype=tl.float32)
+    if USE_H0:
+        b_hk += tl.load(hk0 + i_bh * K * M + o_km, mask=m_km, other=0).to(tl.float32)
+        b_hv += tl.load(hv0 + i_bh * M * V + o_mv, mask=m_mv, other=0).to(tl.float32)
+    for i_c in range(NT):
+        b_hkm = b_hk
+        b_hvm = b_hv
+        for _ in range(tl.minimum(T - i_c * BT, BT)):
+            b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
+            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
+            b_s = tl.load(p_s, mask=m_m, other=0).to(tl.float32)
+            b_d = tl.exp(tl.load(p_g, mask=m_m, other=0).to(tl.float32))
+            b_hkm = b_hk * b_d[None, :]
+            b_hvm = b_hv * b_d[:, None]
+            b_hk = b_hkm + b_k[:, None] * b_s[None, :]
+            b_hv = b_hvm + b_s[:, None] * b_v[None, :]
+            b_p = _softmax(tl.sum(b_q[:, None] * b_hk, axis=0), m_m)
+            b_dp = tl.sum(b_hv * b_do[None, :], axis=1)
+            b_dz = b_p * (b_dp - tl.sum(b_p * b_dp, axis=0))
+            b_dq = tl.sum(b_hk * b_dz[None, :], axis=1) * scale
+            tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_k)
+            tl.store(p_p, b_p, mask=m_m)
+            tl.store(p_dz, b_dz, mask=m_m)
+            if NEED_DG:
+                b_y = (b_dz * tl.sum(b_q[:, None] * b_hkm, axis=0)
+                       + b_p * tl.sum(b_hvm * b_do[None, :], axis=1))
+                tl.store(p_y, b_y, mask=m_m)
+            p_q += H * K
+            p_k += H * K
+            p_dq += H * K
+            p_v += H * V
+            p_do += H * V
+            p_s += H * M
+            p_g += H * M
+            p_p += H * M
+            p_dz += H * M
+            p_y += H * M
+        if NEED_DG:
+            tl.store(stk + (i_bh * NT + i_c) * K * M + o_km, b_hkm, mask=m_km)
+            tl.store(stv + (i_bh * NT + i_c) * M * V + o_mv, b_hvm, mask=m_mv)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_rev_kernel(q, k, v, s, g, do, p, dz, dhkt, dhvt, stk, stv, dk, dv, ds, dsm, bound, dhk0, dhv0,
+                    scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
+                    USE_DHKT: tl.constexpr, USE_DHVT: tl.constexpr, STORE_DH0: tl.constexpr,
+                    NEED_DG: tl.constexpr):
+    """Backward in time, one program per b*h. Writes dk, dv, ds in their dtypes; dhk0, dhv0
+    float32 when STORE_DH0; with NEED_DG ds' [B, T, H, M] (zero on each chunk's last row) and
+    boundary' [B, H, NT, M], float32 (see the module docstring)."""
+    i_bh = tl.program_id(0).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    o_k = tl.arange(0, BK)
+    o_m = tl.arange(0, BM)
+    o_v = tl.arange(0, BV)
+    m_k, m_m, m_v = o_k < K, o_m < M, o_v < V
+    m_km = m_k[:, None] & m_m[None, :]
+    m_mv = m_m[:, None] & m_v[None, :]
+    o_km = o_k[:, None] * M + o_m[None, :]
+    o_mv = o_m[:, None] * V + o_v[None, :]
+
+    last = (i_b * T + T - 1) * H + i_h  # the last token of this sequence
+    p_q = q + last * K + o_k
+    p_k = k + last * K + o_k
+    p_dk = dk + last * K + o_k
+    p_v = v + last * V + o_v
+    p_do = do + last * V + o_v
+    p_dv = dv + last * V + o_v
+    p_s = s + last * M + o_m
+    p_g = g + last * M + o_m
+    p_p = p + last * M + o_m
+    p_dz = dz + last * M + o_m
+    p_ds = ds + last * M + o_m
+    p_dsm = dsm + last * M + o_m
+    b_dhk = tl.zeros([BK, BM], dtype=tl.float32)
+    b_dhv = tl.zeros([BM, BV], dtype=tl.float32)
+    if USE_DHKT:
+        b_dhk += tl.load(dhkt + i_bh * K * M + o_km, mask=m_km, other=0).to(tl.float32)
+    if USE_DHVT:
+        b_dhv += tl.load(dhvt + i_bh * M * V + o_mv, mask=m_mv, other=0).to(tl.float32)
+    for i in range(NT):
+        i_c = NT - 1 - i
+        if NEED_DG:
+            b_sk = tl.load(stk + (i_bh * NT + i_c) * K * M + o_km, mask=m_km, other=0)
+            b_sv = tl.load(stv + (i_bh * NT + i_c) * M * V + o_mv, mask=m_mv, other=0)
+            b_bound = tl.sum(b_sk * b_dhk, axis=0) + tl.sum(b_sv * b_dhv, axis=1)
+            tl.store(bound + (i_bh * NT + i_c) * M + o_m, b_bound, mask=m_m)
+        n = tl.minimum(T - i_c * BT, BT)
+        for j in range(n):
+            b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
+            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
+            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
+            b_s = tl.load(p_s, mask=m_m, other=0).to(tl.float32)
+            b_d = tl.exp(tl.load(p_g, mask=m_m, other=0).to(tl.float32))
+            b_p = tl.load(p_p, mask=m_m, other=0)
+            b_dz = tl.load(p_dz, mask=m_m, other=0)
+            # ds less this step's readouts, from the gradients carried in from step t + 1
+            b_dsm = tl.sum(b_k[:, None] * b_dhk, axis=0) + tl.sum(b_dhv * b_v[None, :], axis=1)
+            if NEED_DG:
+                # the chunk's last row is left out (its own path into the leaving state is gate-free)
+                tl.store(p_dsm, b_dsm * tl.where(j == 0, 0.0, 1.0), mask=m_m)
+            b_ds = b_dsm + tl.sum(b_q * b_k, axis=0) * b_dz + tl.sum(b_v * b_do, axis=0) * b_p
+            tl.store(p_ds, b_ds.to(p_ds.dtype.element_ty), mask=m_m)
+            b_dhk += b_q[:, None] * b_dz[None, :]
+            b_dhv += b_p[:, None] * b_do[None, :]
+            tl.store(p_dk, tl.sum(b_dhk * b_s[None, :], axis=1).to(p_dk.dtype.element_ty), mask=m_k)
+            tl.store(p_dv, tl.sum(b_dhv * b_s[:, None], axis=0).to(p_dv.dtype.element_ty), mask=m_v)
+            b_dhk = b_dhk * b_d[None, :]
+            b_dhv = b_dhv * b_d[:, None]
+            p_q -= H * K
+            p_k -= H * K
+            p_dk -= H * K
+            p_v -= H * V
+            p_do -= H * V
+            p_dv -= H * V
+            p_s -= H * M
+            p_g -= H * M
+            p_p -= H * M
+            p_dz -= H * M
+            p_ds -= H * M
+            p_dsm -= H * M
+    if STORE_DH0:
+        tl.store(dhk0 + i_bh * K * M + o_km, b_dhk, mask=m_km)
+        tl.store(dhv0 + i_bh * M * V + o_mv, b_dhv, mask=m_mv)
+
+
+def _pow2(n):
+    return max(16, triton.next_power_of_2(n))
+
+
+def _warps(*sizes):
+    return 8 if max(sizes) >= 8192 else 4
+
+
+class FusedRecurrentGSAFunction(torch.autograd.Function):
+    """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
+        q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
+        h0 = None if hk0 is None else tuple(x.to(torch.float32).contiguous() for x in (hk0, hv0))
+        B, T, H, K = q.shape
+        V, M = v.shape[-1], s.shape[-1]
+        BK, BM = _pow2(K), _pow2(M)
+        BV = min(_pow2(V), 64)
+        NV = triton.cdiv(V, BV)
+        o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
+        f32 = dict(dtype=torch.float32, device=q.device)
+        hkt = torch.empty(B, H, K, M, **f32) if output_final_state else None
+        hvt = torch.empty(B, H, M, V, **f32) if output_final_state else None
+        _fwd_kernel[(NV, B * H)](
+            q, k, v, s, g, *(h0 or (None, None)), o, hkt, hvt, scale, T, H=H, K=K, V=V, M=M,
+            BK=BK, BV=BV, BM=BM, USE_H0=h0 is not None, STORE_HT=output_final_state,
+            num_warps=_warps(BK * BM, BM * BV))
+        ctx.save_for_backward(q, k, v, s, g, *(h0 or (None, None)))
+        ctx.scale = scale
+        ctx.h0_dtypes = None if hk0 is None else (hk0.dtype, hv0.dtype)
+        ctx.set_materialize_grads(False)
+        return o.to(v.dtype), hkt, hvt
+
+    @staticmethod
+    def backward(ctx, do, dhkt, dhvt):
+        q, k, v, s, g, hk0, hv0 = ctx.saved_tensors
+        need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
+        scale = ctx.scale
+        B, T, H, K = q.shape
+        V, M = v.shape[-1], s.shape[-1]
+        BK, BM, BV = _pow2(K), _pow2(M), _pow2(V)
+        num_warps = _warps(BK * BM, BM * BV)
+        NT = triton.cdiv(T, CHUNK)
+        f32 = dict(dtype=torch.float32, device=q.device)
+        do = torch.zeros_like(v) if do is None else do.contiguous()
+        dhkt = None if dhkt is None else dhkt.to(torch.float32).contiguous()
+        dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
+        use_h0 = hk0 is not None
+        need_h0 = use_h0 and (need_hk0 or need_hv0)
+
+        dq = torch.empty(q.shape, dtype=store_dtype(q.dtype), device=q.device)
+        p = torch.empty(B, T, H, M, **f32)
+        dz = torch.empty_like(p)
+        y = torch.empty_like(p) if need_g else p          # p: a never-written stand-in
+        stk = torch.empty(B, H, NT, K, M, **f32) if need_g else None
+        stv = torch.empty(B, H, NT, M, V, **f32) if need_g else None
+        _bwd_fwd_kernel[(B * H,)](
+            q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, T, NT, H=H, K=K, V=V, M=M,
+            BT=CHUNK, BK=BK, BV=BV, BM=BM, USE_H0=use_h0, NEED_DG=need_g, num_warps=num_warps)
+
+        dk = torch.empty(k.shape, dtype=store_dtype(k.dtype), device=q.device)
+        dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=q.device)
+        ds = torch.empty(s.shape, dtype=store_dtype(s.dtype), device=q.device)
+        dsm = torch.empty(B, T, H, M, **f32) if need_g else ds  # ds: a never-written stand-in
+        bound = torch.empty(B, H, NT, M, **f32) if need_g else None
+        dhk0 = torch.empty(B, H, K, M, **f32) if need_h0 else None
+        dhv0 = torch.empty(B, H, M, V, **f32) if need_h0 else None
+        _bwd_rev_kernel[(B * H,)](
+            q, k, v, s, g, do, p, dz, dhkt, dhvt, stk, stv, dk, dv, ds, dsm, bound, dhk0, dhv0,
+            scale, T, NT, H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
+            USE_DHKT=dhkt is not None, USE_DHVT=dhvt is not None, STORE_DH0=need_h0,
+            NEED_DG=need_g, num_warps=num_warps)
+        dg = None
+        if need_g:
+            dg = chunk_gate_grad(y, torch.ones_like(y), s, dsm, bound, CHUNK, q_reads_current=True,
+                                 out_dtype=store_dtype(g.dtype)).to(g.dtype)
+        return (
+            dq.to(q.dtype) if need_q else None,
+            dk.to(k.dtype) if need_k else None,
+            dv.to(v.dtype) if need_v else None,
+            ds.to(s.dtype) if need_s else None,
+            dg,
+            None,
+            dhk0.to(ctx.h0_dtypes[0]) if need_hk0 and use_h0 else None,
+            dhv0.to(ctx.h0_dtypes[1]) if need_hv0 and use_h0 else None,
+            None,
+        )
+
+
+def check_gsa_inputs(op, q, k, v, s, g, initial_state):
+    """ValueError with a plain sentence for arguments no kernel can run; (B, T, H, K, V, M)."""
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v, s, g)):
+        raise ValueError(f"{op}: q, k, v, s, g must be 4-D [B, T, H, *] tensors.")
+    if initial_state is not None and not (isinstance(initial_state, (tuple, list)) and len(initial_state) == 2):
+        raise ValueError(f"{op}: initial_state must be None or a pair (hk [B, H, K, M], hv [B, H, M, V]).")
+    B, T, H, K = q.shape
+    V, M = v.shape[-1], s.shape[-1]
+    check_inputs(op, {"q": q, "k": k, "v": v, "s": s, "g": g},
+                 {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "s": (B, T, H, M),
+                  "g": (B, T, H, M)},
+                 initial_state=None if initial_state is None else tuple(initial_state),
+                 state_shape=((B, H, K, M), (B, H, M, V)))
+    return B, T, H, K, V, M
+
+
+def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):
+    """Gated slot attention, token by token.
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; s, g: [B, T, H, M] (g the log gate, <= 0); one dtype
+    (fp32, fp16 or bf16). initial_state: None or (hk [B, H, K, M], hv [B, H, M, V]) float32.
+    scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, (hk, hv) float32
+    or None); differentiable in every tensor.
+    """
+    B, T, H, K, V, M = check_gsa_inputs("fused_recurrent_gsa", q, k, v, s, g, initial_state)
+    scale = K ** -0.5 if scale is None else float(scale)
+    hk0, hv0 = (None, None) if initial_state is None else initial_state
+    o, hkt, hvt = FusedRecurrentGSAFunction.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))
+    return o, ((hkt, hvt) if output_final_state else None)

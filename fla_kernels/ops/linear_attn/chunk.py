@@ -1,0 +1,23 @@
+"""Linear attention, chunked: S_t = S_{t-1} + k_t^T v_t, o_t = scale q_t S_t.
+
+The chunked simple-GLA kernels (ops/simple_gla/chunk.py) with the gate switched off
+(USE_G constexpr): intra-chunk scores (q k^T masked causally) times v, states entering
+each chunk from ops/common/chunk_state.py without decay.
+"""
+from __future__ import annotations
+
+from fla_kernels.ops.simple_gla.chunk import ChunkSimpleGLAFunction, prepare
+
+
+def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False):
+    """Chunked linear attention: returns (o [B, T, H, V] in the inputs' dtype, final state
+    [B, H, K, V] float32 or None).
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; one dtype (fp32, fp16 or bf16). scale defaults to
+    K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v and
+    initial_state.
+    """
+    q, k, v, _, h0 = prepare("chunk_linear_attn", q, k, v, None, initial_state)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    o, ht = ChunkSimpleGLAFunction.apply(q, k, v, None, scale, h0, bool(output_final_state))
+    return o, ht

@@ -1,0 +1,366 @@
+"""Simple GLA, chunked: forward and backward Triton kernels over chunks of BT = 64 tokens.
+
+Per (batch, head), with state S of shape [K, V] and one log gate g_t per head and step:
+    S_t = exp(g_t) S_{t-1} + k_t^T v_t,     o_t = scale * q_t S_t
+With g = None (USE_G off) there is no decay: plain linear attention.
+
+Inside chunk c (rows i, j = 0..BT-1), with h_c the state entering it and G the
+inclusive chunk-local cumulative gate (L the chunk's last row):
+    o_i     = scale * (exp(G_i) q_i h_c + sum_{j <= i} (q_i . k_j) exp(G_i - G_j) v_j)
+    h_{c+1} = exp(G_L) h_c + sum_j exp(G_L - G_j) k_j^T v_j
+The intra-chunk scores are one [BT, BT] `tl.dot` of q and k times a decay
+matrix. G is summed in float64 (BT values per program, cheap), so a
+difference G_i - G_j keeps full float32 precision even when the chunk sums
+to thousands (strong decay), and only differences with i >= j, which are
+<= 0, are exponentiated: the others are masked before the exponential.
+The chunk-to-chunk states come from ops/common/chunk_state.py (the scalar
+gate broadcast over K).
+
+Forward:  chunk_fwd_h (states) -> _fwd_o_kernel (o).
+Backward: states recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dv_kernel (dv)
+          -> _bwd_dqkg_kernel (dq, dk and per-K-block partials of dg).
+
+The gate gradient. Summing the per-channel identity (ops/common/gate_grad.py)
+over K gives, for t in chunk c,
+    dg_t = sum(h_{c+1} * dh_c) + sum_{t <= s <= L} (q_s . dq_s - k_s . dk_s)
+with dh_c the gradient w.r.t. the state leaving the chunk. Terms with no gate
+in them cancel there only in exact arithmetic: the diagonal score
+scale (q_s . k_s)(do_s . v_s) sits in both q_s . dq_s and k_s . dk_s, and the
+last row's own path k_L^T v_L into h_{c+1} sits in the boundary term and in
+k_L . dk_L. Under strong decay they are O(1) while dg is tiny, so the kernel
+leaves them out of both sides (dq', dk', boundary') before the chunk-local
+reverse cumsum; every term left carries a gate of the chunk.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, chunk_bwd_dh,
+                                                chunk_fwd_h, exp_nonpos)
+from fla_kernels.ops.common.dot import mma
+from fla_kernels.utils import check_inputs, dots_in_fp32, store_dtype
+
+BT = 64  # tokens per chunk
+GS = 16  # gate block of the chunk-state kernels
+
+TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+# ----------------------------------------------------------------------------- tile helpers
+
+@triton.jit
+def load_rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+              BD: tl.constexpr, i_d):
+    """[BR, BD] float32 tile of x [B, T, H, D] at rows t0.., columns i_d*BD.. (zero outside)."""
+    t = t0 + tl.arange(0, BR)
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+    return tl.load(x + offs, mask=(t[:, None] < T) & (d[None, :] < D), other=0).to(tl.float32)
+
+
+@triton.jit
+def load_rows_t(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+                BD: tl.constexpr, i_d):
+    """The same tile as `load_rows`, read transposed: [BD, BR]."""
+    t = t0 + tl.arange(0, BR)
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[None, :] * (H * D) + d[:, None]
+    return tl.load(x + offs, mask=(t[None, :] < T) & (d[:, None] < D), other=0).to(tl.float32)
+
+
+@triton.jit
+def store_rows(x, val, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+               BD: tl.constexpr, i_d):
+    """Store a [BR, BD] tile into x [B, T, H, D] at rows t0.., in x's dtype."""
+    t = t0 + tl.arange(0, BR)
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+    tl.store(x + offs, val.to(x.dtype.element_ty), mask=(t[:, None] < T) & (d[None, :] < D))
+
+
+@triton.jit
+def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+               i_k, i_v, TRANSPOSED: tl.constexpr):
+    """[BK, BV] float32 block (or [BV, BK] with TRANSPOSED) of the [K, V] matrix number `index`."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    if TRANSPOSED:
+        offs = o_k[None, :] * V + o_v[:, None]
+        mask = (o_k[None, :] < K) & (o_v[:, None] < V)
+    else:
+        offs = o_k[:, None] * V + o_v[None, :]
+        mask = (o_k[:, None] < K) & (o_v[None, :] < V)
+    return tl.load(s + index.to(tl.int64) * (K * V) + offs, mask=mask, other=0).to(tl.float32)
+
+
+@triton.jit
+def chunk_cumgate(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """(G [BT] float64, G_L scalar float64): the inclusive chunk-local cumsum of the scalar gate
+    g [B, T, H] from c0 (zero gates past T) and its value at the chunk's last row."""
+    t = c0 + tl.arange(0, BT)
+    b_g = tl.load(g + (i_b * T + t.to(tl.int64)) * H + i_h, mask=t < T, other=0).to(tl.float64)
+    b_G = tl.cumsum(b_g, axis=0)
+    # the last element itself (padded gates are zero): G_L - G_L is exactly 0
+    b_GL = tl.sum(tl.where(tl.arange(0, BT) == BT - 1, b_G, 0.0), axis=0)
+    return b_G, b_GL
+
+
+@triton.jit
+def decay_matrix(G_plus, G_minus, mask):
+    """exp(G_plus - G_minus) (float64 operands broadcast to a matrix) where mask holds (the
+    exponent is <= 0 there), else 0. The difference is masked before the exponential."""
+    diff = (G_plus - G_minus).to(tl.float32)
+    return tl.where(mask, exp_nonpos(tl.where(mask, diff, 0.0)), 0.0)
+
+
+# ----------------------------------------------------------------------------- kernels
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                  USE_G: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """o = scale * (exp(G) * (q h_c) + ((q k^T) * decay) v), one program per (V-block, chunk, b*h)."""
+    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    o_i = tl.arange(0, BT)
+    b_o = tl.zeros([BT, BV], dtype=tl.float32)
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
+        b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
+        b_h = load_state(states, i_bh * (NT + 1) + i_c, K, V, BK, BV, i_k, i_v, False)
+        b_o += mma(b_q, b_h, FP32_DOT, OPERAND_DTYPE)
+        b_A += mma(b_q, tl.trans(b_k), FP32_DOT, OPERAND_DTYPE)
+    causal = o_i[:, None] >= o_i[None, :]
+    if USE_G:
+        b_G, _ = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        b_o *= exp_nonpos(b_G.to(tl.float32))[:, None]
+        b_A *= decay_matrix(b_G[:, None], b_G[None, :], causal)
+    b_A = tl.where(causal, b_A, 0.0)
+    b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+    b_o += mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
+    store_rows(o, b_o * scale, base_v, c0, T, H, V, BT, BV, i_v)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                   USE_G: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """dv_j = scale * sum_{i >= j} (q_i . k_j) exp(G_i - G_j) do_i + exp(G_L - G_j) k_j dh_c,
+    one program per (V-block, chunk, b*h); dh_c is the gradient w.r.t. the state leaving chunk c.
+    The transposed scores are their own dot (k q^T), not the transpose of another dot's result."""
+    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    o_i = tl.arange(0, BT)
+    b_At = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
+    b_dv = tl.zeros([BT, BV], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
+        b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
+        b_dh = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
+        b_At += mma(b_k, tl.trans(b_q), FP32_DOT, OPERAND_DTYPE)
+        b_dv += mma(b_k, b_dh, FP32_DOT, OPERAND_DTYPE)
+    causal_t = o_i[:, None] <= o_i[None, :]  # j <= i
+    if USE_G:
+        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        b_dv *= exp_nonpos((b_GL - b_G).to(tl.float32))[:, None]
+        b_At *= decay_matrix(b_G[None, :], b_G[:, None], causal_t)
+    b_At = tl.where(causal_t, b_At, 0.0)
+    b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+    b_dv += mma(b_At * scale, b_do, FP32_DOT, OPERAND_DTYPE)
+    store_rows(dv, b_dv, base_v, c0, T, H, V, BT, BV, i_v)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "B"])
+def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, B, H: tl.constexpr,
+                     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                     BV: tl.constexpr, USE_G: tl.constexpr, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
+    """dq, dk (in their dtype) and, with USE_G, dg_part [NK, B, T, H] float32 (this K-block's share
+    of dg), one program per (K-block, chunk, b*h):
+        dq_i = scale * exp(G_i) do_i h_c^T + sum_{j <= i} dA_ij k_j
+        dk_j = exp(G_L - G_j) v_j dh_c^T + sum_{i >= j} dA_ij q_i
+    with dA_ij = scale (do_i . v_j) exp(G_i - G_j). dA and its transpose are two dots of loaded
+    tiles (never a transposed dot result). dg: see the module docstring."""
+    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    o_i = tl.arange(0, BT)
+    is_last = (c0 + o_i == tl.minimum(c0 + BT, T) - 1)[:, None]
+    b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
+    b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
+    if USE_G:
+        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        b_to_end = exp_nonpos((b_GL - b_G).to(tl.float32))[:, None]
+        # k_j exp(G_L - G_j) without the last row: turns h_c into h_{c+1} - k_L^T v_L
+        b_kd = tl.where(is_last, 0.0, b_k * b_to_end)
+        b_eL = tl.exp(tl.minimum(b_GL.to(tl.float32), 0.0))
+    b_dA = tl.zeros([BT, BT], dtype=tl.float32)   # [i, j]
+    b_dAt = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
+    b_dq = tl.zeros([BT, BK], dtype=tl.float32)
+    b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+    b_bound = tl.zeros([BK], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_dot = load_rows_t(do, base_v, c0, T, H, V, BT, BV, i_v)
+        b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_ht = load_state(states, i_bh * (NT + 1) + i_c, K, V, BK, BV, i_k, i_v, True)
+        b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
+        b_dA += mma(b_do, b_vt, FP32_DOT, OPERAND_DTYPE)
+        b_dAt += mma(b_v, b_dot, FP32_DOT, OPERAND_DTYPE)
+        b_dq += mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE)
+        b_dk += mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE)
+        if USE_G:
+            b_xt = b_ht * b_eL + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
+            b_bound += tl.sum(b_xt * b_dht, axis=0)
+    strict = o_i[:, None] > o_i[None, :]
+    strict_t = o_i[:, None] < o_i[None, :]
+    # the diagonal carries no gate (exp(0) = 1) and is added apart; dA, dA^T keep j < i only
+    b_diag = tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_dA, 0.0), axis=1)[:, None] * scale
+    b_dq *= scale
+    if USE_G:
+        b_dq *= exp_nonpos(b_G.to(tl.float32))[:, None]
+        b_dk *= b_to_end
+        b_dA *= decay_matrix(b_G[:, None], b_G[None, :], strict)
+        b_dAt *= decay_matrix(b_G[None, :], b_G[:, None], strict_t)
+    b_dA = tl.where(strict, b_dA * scale, 0.0)
+    b_dAt = tl.where(strict_t, b_dAt * scale, 0.0)
+    b_dqs = b_dq + mma(b_dA, b_k, FP32_DOT, OPERAND_DTYPE)
+    b_dks = b_dk + mma(b_dAt, b_q, FP32_DOT, OPERAND_DTYPE)
+    store_rows(dq, b_dqs + b_diag * b_k, base_k, c0, T, H, K, BT, BK, i_k)
+    store_rows(dk, b_dks + b_diag * b_q, base_k, c0, T, H, K, BT, BK, i_k)
+    if USE_G:
+        b_dks = tl.where(is_last, 0.0, b_dks)  # the last row's own path into h_{c+1}
+        b_a = tl.sum(b_q * b_dqs - b_k * b_dks, axis=1)
+        b_dg = tl.cumsum(b_a, axis=0, reverse=True) + tl.sum(b_bound, axis=0)
+        t = c0 + o_i
+        tl.store(dg_part + ((i_k * B + i_b) * T + t.to(tl.int64)) * H + i_h, b_dg, mask=t < T)
+
+
+# ----------------------------------------------------------------------------- launchers
+
+class _Launch:
+    """Shapes, block sizes and dot settings shared by the launches of one call."""
+
+    def __init__(self, q, v):
+        self.B, self.T, self.H, self.K = q.shape
+        self.V = v.shape[-1]
+        self.NT = triton.cdiv(self.T, BT)
+        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
+
+
+def _gate_sums(g, K):
+    """(P, Q) block sums of the scalar gate broadcast over K, for the chunk-state kernels; or None."""
+    if g is None:
+        return None
+    return block_gate_sums(g[..., None].expand(*g.shape, K).contiguous(), GS)
+
+
+def _states(L, k, v, gates, initial_state):
+    """[B, H, NT + 1, K, V] float32: the state entering each chunk, then the final state."""
+    return chunk_fwd_h(k, v, gates, initial_state, BT, GS, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"])
+
+
+def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
+    """(o in v's dtype, states [B, H, NT + 1, K, V] float32 with the final state last)."""
+    L = _Launch(q, v)
+    states = _states(L, k, v, _gate_sums(g, L.K), initial_state)
+    o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+    _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
+        q, k, v, g, states, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK, BV=L.BV,
+        USE_G=g is not None, **L.dots)
+    return o.to(v.dtype), states
+
+
+def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
+    """(dq, dk, dv, dg or None, dh0 or None); dht may be None (no gradient from the final state)."""
+    L = _Launch(q, v)
+    gates = _gate_sums(g, L.K)
+    states = _states(L, k, v, gates, initial_state)
+    dh, dh0 = chunk_bwd_dh(q, gates, do, dht, scale, BT, GS, q_gate_exclusive=False,
+                           need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
+                           operand_dtype=L.dots["OPERAND_DTYPE"])
+    dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+    _bwd_dv_kernel[(L.NV, L.NT, L.B * L.H)](
+        q, k, g, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK, BV=L.BV,
+        USE_G=g is not None, **L.dots)
+    dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
+    dg_part = (torch.empty(L.NK, L.B, L.T, L.H, dtype=torch.float32, device=q.device)
+               if g is not None else None)
+    _bwd_dqkg_kernel[(L.NK, L.NT, L.B * L.H)](
+        q, k, v, g, do, states, dh, dq, dk, dg_part, scale, L.T, L.NT, L.B, L.H, L.K, L.V,
+        BT=BT, BK=L.BK, BV=L.BV, USE_G=g is not None, **L.dots)
+    dg = None if g is None else dg_part.sum(0).to(g.dtype)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg, dh0
+
+
+class ChunkSimpleGLAFunction(torch.autograd.Function):
+    """Autograd wrapper: saves only the inputs; backward recomputes the states. g may be None
+    (its gradient is then None: the gradient tuple keeps its length)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
+        o, states = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state)
+        final_state = states[:, :, -1].clone() if output_final_state else None
+        ctx.save_for_backward(q, k, v, g, initial_state)
+        ctx.scale = scale
+        ctx.output_final_state = output_final_state
+        ctx.set_materialize_grads(False)
+        return o, final_state
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, initial_state = ctx.saved_tensors
+        do = torch.zeros_like(v) if do is None else do.contiguous()
+        dht = dht.to(torch.float32).contiguous() if (dht is not None and ctx.output_final_state) else None
+        dq, dk, dv, dg, dh0 = chunk_simple_gla_bwd(q, k, v, g, ctx.scale, initial_state, do, dht)
+        if dh0 is not None:
+            dh0 = dh0.to(initial_state.dtype)
+        grads = (dq, dk, dv, dg, None, dh0, None)
+        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
+
+
+def prepare(op, q, k, v, g, initial_state):
+    """Check the arguments (ValueError before any launch) and make the tensors contiguous."""
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v)):
+        raise ValueError(f"{op}: q, k, v must be 4-D [B, T, H, *] tensors.")
+    if g is not None and not (isinstance(g, torch.Tensor) and g.dim() == 3):
+        raise ValueError(f"{op}: g must be a 3-D [B, T, H] tensor or None.")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    tensors = {"q": q, "k": k, "v": v}
+    shapes = {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "g": (B, T, H)}
+    if g is not None:
+        tensors["g"] = g
+    check_inputs(op, tensors, shapes, initial_state=initial_state, state_shape=(B, H, K, V))
+    q, k, v = (x.contiguous() for x in (q, k, v))
+    g = None if g is None else g.contiguous()
+    h0 = None if initial_state is None else initial_state.contiguous()
+    return q, k, v, g, h0
+
+
+def chunk_simple_gla(q, k, v, g=None, scale=None, initial_state=None, output_final_state=False):
+    """Chunked simple GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V]
+    float32 or None).
+
+    q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (one log decay <= 0 per head and step) or
+    None (no decay: linear attention; its gradient is then None); one dtype (fp32, fp16 or bf16).
+    scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in
+    q, k, v, g and initial_state.
+    """
+    q, k, v, g, h0 = prepare("chunk_simple_gla", q, k, v, g, initial_state)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    return ChunkSimpleGLAFunction.apply(q, k, v, g, scale, h0, bool(output_final_state))
