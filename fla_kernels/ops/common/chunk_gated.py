@@ -1,0 +1,488 @@
+"""The chunked pipeline shared by gla and rwkv6: forward and backward over chunks of BT = 64 tokens.
+
+Both ops carry the state S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t per (batch, head); they differ only
+in what the output reads, chosen by the constexpr READS_PREVIOUS:
+    gla   (READS_PREVIOUS=False): o_t = scale * q_t S_t
+    rwkv6 (READS_PREVIOUS=True):  o_t = scale * q_t (S_{t-1} + diag(u) k_t^T v_t)
+(rwkv6's r is called q here, its w is g.)
+
+Inside chunk c (rows i, j = 0..BT-1), with h_c the state entering it, pre_i the sum of g over the
+chunk up to row i (inclusive for gla, exclusive for rwkv6), suf_j = sum_{s > j} g_s and tot the
+chunk's total:
+    o_i = scale * ((q_i * exp(pre_i)) h_c + sum_{j <= i} A_ij v_j)
+    A_ij = sum_d q_id k_jd exp(pre_id - pre+_jd)   (j < i; pre+ the inclusive prefix)
+    A_ii = sum_d q_id k_id (gla)   or   sum_d q_id u_d k_id (rwkv6)
+    h_{c+1} = diag(exp(tot)) h_c + (k * exp(suf))^T v
+A is built from sub-chunks of BC = 16 rows. The block of rows I and columns J < I is the product
+(q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T, with pre_I, suf_J the gate sums inside the
+sub-chunks I, J and `between` the sums of the sub-chunks between them: the reference point is the
+sub-chunk boundary, so both exponents are <= 0. Diagonal blocks are summed element-wise with
+exponent pre_i - pre+_j inside one sub-chunk. Every exponent is a sum of non-positive stored gate
+sums (see chunk_state.py), never a difference of two chunk-wide cumulative sums: nothing overflows,
+and strong decays keep their precision.
+
+Forward:  block_gate_sums -> chunk_fwd_h (states) -> _intra_A_kernel (A) -> _fwd_o_kernel (o).
+Backward: the gate sums, states and A are recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dA_kernel
+          (dA) -> _bwd_dv_kernel (dv) -> _bwd_inter_kernel (the parts of dq, dk through the
+          states entering / leaving the chunk, the boundary terms of dg) -> _bwd_intra_kernel (the
+          intra-chunk parts, the gate-free terms, du partials) -> chunk_gate_grad (dg).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
+                                                chunk_bwd_dh, chunk_fwd_h, chunk_gate_tiles,
+                                                exp_nonpos, load_prefix, load_prefix_row,
+                                                load_suffix)
+from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.gate_grad import chunk_gate_grad
+from fla_kernels.ops.common.tiles import (gather_rows, load_row, load_rows, load_rows_t,
+                                          load_state, store_rows)
+from fla_kernels.utils import dots_in_fp32, store_dtype
+
+BT = 64  # tokens per chunk
+BC = 16  # tokens per sub-chunk of the intra-chunk products
+
+TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+@triton.jit
+def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: tl.constexpr,
+                 TRANSPOSED: tl.constexpr):
+    """Pointers and mask of a block of a [B, H, T, BT] score buffer (lower triangle only).
+
+    Rows are times t0 + i, columns positions c0 + j inside the chunk; the mask
+    keeps rows before T on or below the diagonal (the rest is never written).
+    With TRANSPOSED the block is [BCOL, BR]: element [j, i] is A[t0 + i, c0 + j].
+    """
+    if TRANSPOSED:
+        t = t0 + tl.arange(0, BR)[None, :]
+        col = c0 + tl.arange(0, BCOL)[:, None]
+    else:
+        t = t0 + tl.arange(0, BR)[:, None]
+        col = c0 + tl.arange(0, BCOL)[None, :]
+    ptrs = A + (i_bh * T + t.to(tl.int64)) * BT + col
+    return ptrs, (t < T) & (col <= t % BT)
+
+
+@triton.jit
+def _between(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k,
+             BC: tl.constexpr, J: tl.constexpr, I: tl.constexpr):
+    """[BK] sum of the gate over the sub-chunks strictly between sub-chunks J and I."""
+    b_sum = tl.zeros([BK], dtype=tl.float32)
+    for i_s in tl.static_range(J + 1, I):
+        b_sum += block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)
+    return b_sum
+
+
+@triton.jit
+def diag_block_scores(b_q, b_pre, b_diag, k, P, base, t0, T, H: tl.constexpr, K: tl.constexpr,
+                      BC: tl.constexpr, BK: tl.constexpr, i_k):
+    """[BC, BC] scores of one gate block (rows and columns t0..t0+BC-1) over one K-block, element-wise.
+
+    b_q [BC, BK] the query rows, b_pre [BC, BK] their block-local gate prefix
+    (inclusive or exclusive), b_diag [BC] the values on the diagonal. Below it,
+    column j holds sum_d q_id k_jd exp(pre_id - pre+_jd) with pre+ the inclusive
+    prefix of row j: a difference inside one gate block, <= 0, taken one column
+    at a time so nothing is factored out and nothing can overflow.
+    """
+    o_i = tl.arange(0, BC)
+    b_A = tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
+    for j in range(BC):
+        b_kj = load_row(k, base, t0 + j, T, H, K, BK, i_k)
+        b_prej = load_prefix_row(P, base, t0 + j, T, H, K, BK, i_k, BC, False)
+        b_s = b_q * b_kj[None, :] * exp_nonpos(b_pre - b_prej[None, :])
+        b_col = tl.sum(tl.where(o_i[:, None] > j, b_s, 0.0), axis=1)
+        b_A += tl.where(o_i[None, :] == j, b_col[:, None], 0.0)
+    return b_A
+
+
+# ----------------------------------------------------------------------------- forward kernels
+
+@triton.jit(do_not_specialize=["T"])
+def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                    BC: tl.constexpr, BK: tl.constexpr, READS_PREVIOUS: tl.constexpr,
+                    FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """A [B, H, T, BT] float32: the intra-chunk scores, on and below the diagonal.
+
+    One program per (chunk, b*h) fills the [BC, BC] blocks (I, J <= I) of its
+    chunk's [BT, BT] score matrix. Below the diagonal: a dot over K of
+    q_I * exp(pre_I) and k_J * exp(suf_J + between), both exponents <= 0. On
+    the diagonal: element-wise, one column j at a time (i > j), with exponent
+    pre_i - pre+_j inside the sub-chunk, plus the gate-free i = j term
+    sum_d q_id k_id (times u_d for rwkv6).
+    """
+    i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base = (i_b * T * H + i_h) * K
+    c0 = i_c * BT
+    NK = tl.cdiv(K, BK)
+    for i_i in tl.static_range(BT // BC):
+        t_i = c0 + i_i * BC
+        for i_j in tl.static_range(i_i):
+            t_j = c0 + i_j * BC
+            b_A = tl.zeros([BC, BC], dtype=tl.float32)
+            for i_k in range(NK):
+                b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+                b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+                b_k = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
+                b_suf = load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
+                b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_j, i_i)
+                b_qg = b_q * exp_nonpos(b_pre)
+                b_kg = b_k * exp_nonpos(b_suf + b_btw[None, :])
+                b_A += mma(b_qg, tl.trans(b_kg), FP32_DOT, OPERAND_DTYPE)
+            p_A, m_A = _score_block(A, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
+            tl.store(p_A, b_A, mask=m_A)
+        b_A = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_k in range(NK):
+            o_d = i_k * BK + tl.arange(0, BK)
+            b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+            b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+            b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+            if READS_PREVIOUS:
+                b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
+                b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
+            else:
+                b_diag = tl.sum(b_q * b_k, axis=1)
+            b_A += diag_block_scores(b_q, b_pre, b_diag, k, P, base, t_i, T, H, K, BC, BK, i_k)
+        p_A, m_A = _score_block(A, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
+        tl.store(p_A, b_A, mask=m_A)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fwd_o_kernel(q, v, P, Q, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                  BV: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
+                  OPERAND_DTYPE: tl.constexpr):
+    """o = scale * ((q * exp(pre)) h_c + A v), one program per (V-block, chunk, b*h)."""
+    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    b_o = tl.zeros([BT, BV], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
+        b_pre, _, _ = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, READS_PREVIOUS)
+        b_h = load_state(states, i_bh * (NT + 1) + i_c, K, V, BK, BV, i_k, i_v, False)
+        b_o += mma(b_q * exp_nonpos(b_pre), b_h, FP32_DOT, OPERAND_DTYPE)
+    p_A, m_A = _score_block(A, i_bh, T, c0, 0, BT, BT, BT, False)
+    b_A = tl.load(p_A, mask=m_A, other=0)
+    b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+    b_o += mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
+    store_rows(o, b_o * scale, base_v, c0, T, H, V, BT, BV, i_v)
+
+
+# ----------------------------------------------------------------------------- backward kernels
+
+@triton.jit(do_not_specialize=["T"])
+def _bwd_dA_kernel(do, v, dA, scale, T, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                   BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """dA [B, H, T, BT] float32 = scale * do v^T on and below the diagonal, per (chunk, b*h)."""
+    i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    b_dA = tl.zeros([BT, BT], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+        b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_dA += mma(b_do, b_vt, FP32_DOT, OPERAND_DTYPE)
+    p_dA, m_dA = _score_block(dA, i_bh, T, c0, 0, BT, BT, BT, False)
+    tl.store(p_dA, b_dA * scale, mask=m_dA)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_dv_kernel(k, P, Q, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                   BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """dv = scale * A^T do + (k * exp(suf)) dh_c, per (V-block, chunk, b*h).
+
+    dh_c is the gradient w.r.t. the state leaving chunk c.
+    """
+    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    p_At, m_At = _score_block(A, i_bh, T, c0, 0, BT, BT, BT, True)
+    b_At = tl.load(p_At, mask=m_At, other=0)
+    b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+    b_dv = mma(b_At, b_do * scale, FP32_DOT, OPERAND_DTYPE)
+    for i_k in range(tl.cdiv(K, BK)):
+        b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
+        _, b_suf, _ = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, True)
+        b_dh = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
+        b_dv += mma(b_k * exp_nonpos(b_suf), b_dh, FP32_DOT, OPERAND_DTYPE)
+    store_rows(dv, b_dv, base_v, c0, T, H, V, BT, BV, i_v)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale,
+                      T, NT,
+                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                      BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
+                      OPERAND_DTYPE: tl.constexpr):
+    """Parts of dq, dk through the chunk's entering / leaving states, per (K-block, chunk, b*h).
+
+    dqs = scale * exp(pre) * (do h_c^T) and dks = exp(suf) * (v dh_c^T), float32
+    [B, T, H, K] (the intra kernel adds its parts in place), except for the rows
+    whose path carries no gate: the last row L enters the leaving state as
+    k_L^T v_L with suf_L = 0 (its dks goes to dk_last [B, H, NT, K]) and, for
+    rwkv6, the chunk's first row reads h_c with pre = 0 (its dqs goes to
+    dq_first). boundary[b, h, c] = sum_v (h_{c+1} - k_L^T v_L) * dh_c, the
+    boundary term of dg without that gate-free path (`_bwd_intra_kernel` says
+    why both sides drop it).
+    """
+    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    c0 = i_c * BT
+    is_last = (c0 + tl.arange(0, BT) == tl.minimum(c0 + BT, T) - 1)[:, None]
+    b_pre, b_suf, b_tot = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, READS_PREVIOUS)
+    b_decay = exp_nonpos(b_suf)
+    # k * exp(suf) without row L: turns h_c into h_{c+1} - k_L^T v_L
+    b_kd = tl.where(is_last, 0.0, load_rows(k, base_k, c0, T, H, K, BT, BK, i_k) * b_decay)
+    b_dq = tl.zeros([BT, BK], dtype=tl.float32)
+    b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+    b_bound = tl.zeros([BK], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_ht = load_state(states, i_bh * (NT + 1) + i_c, K, V, BK, BV, i_k, i_v, True)
+        b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
+        b_dq += mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE)
+        b_dk += mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE)
+        b_xt = b_ht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
+        b_bound += tl.sum(b_xt * b_dht, axis=0)
+    b_dk *= b_decay
+    o_d = i_k * BK + tl.arange(0, BK)
+    tl.store(dk_last + (i_bh * NT + i_c) * K + o_d, tl.sum(tl.where(is_last, b_dk, 0.0), axis=0),
+             mask=o_d < K)
+    b_dq *= scale * exp_nonpos(b_pre)
+    if READS_PREVIOUS:
+        is_first = (tl.arange(0, BT) == 0)[:, None]
+        tl.store(dq_first + (i_bh * NT + i_c) * K + o_d,
+                 tl.sum(tl.where(is_first, b_dq, 0.0), axis=0), mask=o_d < K)
+        b_dq = tl.where(is_first, 0.0, b_dq)
+    store_rows(dqs, b_dq, base_k, c0, T, H, K, BT, BK, i_k)
+    store_rows(dks, tl.where(is_last, 0.0, b_dk), base_k, c0, T, H, K, BT, BK, i_k)
+    tl.store(boundary + (i_bh * NT + i_c) * K + o_d, b_bound, mask=o_d < K)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, T, NT,
+                      H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                      BK: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
+                      OPERAND_DTYPE: tl.constexpr):
+    """Intra-chunk parts of dq, dk, the gate-free terms and (rwkv6) du, per (K-block, chunk, b*h).
+
+    dq_i += sum_{j < i} dA_ij k_j exp(pre_i - pre+_j) and
+    dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): blocks off the sub-chunk
+    diagonal as dots (exp(pre_I) factored out of the dq sums, exp(suf_J) out of
+    the dk sums), diagonal blocks element-wise.
+
+    dg comes from chunk_gate_grad, whose sums over the chunk cancel every term
+    that carries no gate: a pair (i, j) with an empty gate product adds
+    dA_ij q_i k_j through q_i dq_i and takes it away through k_j dk_j for every
+    t <= j. Under strong decay those terms dominate dq and dk while dg is small
+    (at g = -60 dg is about 1e-25), so summing them in float32 would cost dg its
+    precision. dqs, dks (float32, read by chunk_gate_grad) therefore hold the
+    gradients through the states without the gate-free terms: the diagonal
+    pairs i = j (gla: q_i k_i; rwkv6: the u bonus), for rwkv6 the neighbour
+    pairs j = i - 1 and the first row's read of h_c (dq_first), and the last
+    row's own path into the leaving state (dk_last, also taken out of the
+    boundary term). dq and dk, in the inputs' dtype, add them back.
+    du_part[b, c, h] = sum_i dA_ii q_i k_i (rwkv6).
+    """
+    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base = (i_b * T * H + i_h) * K
+    c0 = i_c * BT
+    last = tl.minimum(c0 + BT, T) - 1
+    o_i = tl.arange(0, BC)
+    o_d = i_k * BK + tl.arange(0, BK)
+    m_d = o_d < K
+    b_dk_last = tl.load(dk_last + (i_bh * NT + i_c) * K + o_d, mask=m_d, other=0)
+    if READS_PREVIOUS:
+        b_u = tl.load(u + i_h * K + o_d, mask=m_d, other=0).to(tl.float32)
+        b_dq_first = tl.load(dq_first + (i_bh * NT + i_c) * K + o_d, mask=m_d, other=0)
+    # rwkv6's neighbour pair (first row of I, last row of I - 1) sits in a corner of an off-diagonal block
+    corner = (o_i[:, None] == 0) & (o_i[None, :] == BC - 1)
+    corner_t = (o_i[:, None] == BC - 1) & (o_i[None, :] == 0)
+    b_du = tl.zeros([BK], dtype=tl.float32)
+    for i_i in tl.static_range(BT // BC):
+        t_i = c0 + i_i * BC
+        t = t_i + o_i
+        b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+        b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+        b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+        b_prei = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
+        b_suf = load_suffix(Q, base, t_i, T, H, K, BC, BK, i_k)
+        p_dA = dA + (i_bh * T + t.to(tl.int64)) * BT
+        b_dA_diag = tl.load(p_dA + (t - c0), mask=t < T, other=0)
+
+        # dq of rows I through the state: blocks J < I, then the diagonal block
+        b_dq = tl.zeros([BC, BK], dtype=tl.float32)
+        for i_j in tl.static_range(i_i):
+            t_j = c0 + i_j * BC
+            p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
+            b_dA = tl.load(p_blk, mask=m_blk, other=0)
+            if READS_PREVIOUS:
+                if i_j == i_i - 1:
+                    b_dA = tl.where(corner, 0.0, b_dA)
+            b_kj = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
+            b_sufj = load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
+            b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_j, i_i)
+            b_dq += mma(b_dA, b_kj * exp_nonpos(b_sufj + b_btw[None, :]), FP32_DOT, OPERAND_DTYPE)
+        b_dq *= exp_nonpos(b_pre)
+        for j in range(BC):
+            if READS_PREVIOUS:
+                m_col = (t < T) & (o_i > j + 1)
+            else:
+                m_col = (t < T) & (o_i > j)
+            b_dA_col = tl.load(p_dA + i_i * BC + j, mask=m_col, other=0)
+            b_k_row = load_row(k, base, t_i + j, T, H, K, BK, i_k)
+            b_prej = load_prefix_row(P, base, t_i + j, T, H, K, BK, i_k, BC, False)
+            b_dq += b_dA_col[:, None] * b_k_row[None, :] * exp_nonpos(b_pre - b_prej[None, :])
+
+        # dk of rows J = I through the state: blocks I' > J, then the diagonal block
+        b_dk = tl.zeros([BC, BK], dtype=tl.float32)
+        for i_l in tl.static_range(i_i + 1, BT // BC):
+            t_l = c0 + i_l * BC
+            p_blk, m_blk = _score_block(dA, i_bh, T, t_l, i_i * BC, BC, BC, BT, True)
+            b_dAt = tl.load(p_blk, mask=m_blk, other=0)
+            if READS_PREVIOUS:
+                if i_l == i_i + 1:
+                    b_dAt = tl.where(corner_t, 0.0, b_dAt)
+            b_ql = load_rows(q, base, t_l, T, H, K, BC, BK, i_k)
+            b_prel = load_prefix(P, base, t_l, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+            b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_i, i_l)
+            b_dk += mma(b_dAt, b_ql * exp_nonpos(b_prel + b_btw[None, :]), FP32_DOT, OPERAND_DTYPE)
+        b_dk *= exp_nonpos(b_suf)
+        for i in range(BC):
+            p_row = dA + (i_bh * T + (t_i + i).to(tl.int64)) * BT + i_i * BC + o_i
+            if READS_PREVIOUS:
+                m_row = o_i < tl.where(t_i + i < T, i - 1, 0)
+            else:
+                m_row = o_i < tl.where(t_i + i < T, i, 0)
+            b_dA_row = tl.load(p_row, mask=m_row, other=0)
+            b_qi = load_row(q, base, t_i + i, T, H, K, BK, i_k)
+            b_prei_row = load_prefix_row(P, base, t_i + i, T, H, K, BK, i_k, BC, READS_PREVIOUS)
+            b_dk += b_dA_row[:, None] * b_qi[None, :] * exp_nonpos(b_prei_row[None, :] - b_prei)
+
+        b_dqs = load_rows(dqs, base, t_i, T, H, K, BC, BK, i_k) + b_dq
+        b_dks = load_rows(dks, base, t_i, T, H, K, BC, BK, i_k) + b_dk
+        store_rows(dqs, b_dqs, base, t_i, T, H, K, BC, BK, i_k)
+        store_rows(dks, b_dks, base, t_i, T, H, K, BC, BK, i_k)
+
+        # the gate-free terms
+        b_dk_free = tl.where((t == last)[:, None], b_dk_last[None, :], 0.0)
+        if READS_PREVIOUS:
+            # neighbour pairs, the first row's read of h_c, the u bonus
+            m_prev = (t > c0) & (t < T)
+            b_dA_prev = tl.load(p_dA + (t - 1 - c0), mask=m_prev, other=0)
+            b_dq_free = b_dA_prev[:, None] * gather_rows(k, base, t - 1, m_prev, H, K, BK, i_k)
+            b_dq_free += tl.where((t == c0)[:, None], b_dq_first[None, :], 0.0)
+            m_next = t < last
+            b_dA_next = tl.load(p_dA + BT + (t - c0), mask=m_next, other=0)
+            b_dk_free += b_dA_next[:, None] * gather_rows(q, base, t + 1, m_next, H, K, BK, i_k)
+            b_diag = b_dA_diag[:, None] * b_u[None, :]
+            b_dq_free += b_diag * b_k
+            b_dk_free += b_diag * b_q
+            b_du += tl.sum(b_dA_diag[:, None] * b_q * b_k, axis=0)
+        else:
+            # the diagonal pairs
+            b_dq_free = b_dA_diag[:, None] * b_k
+            b_dk_free += b_dA_diag[:, None] * b_q
+        store_rows(dq, b_dqs + b_dq_free, base, t_i, T, H, K, BC, BK, i_k)
+        store_rows(dk, b_dks + b_dk_free, base, t_i, T, H, K, BC, BK, i_k)
+    if READS_PREVIOUS:
+        tl.store(du_part + ((i_b * NT + i_c) * H + i_h) * K + o_d, b_du, mask=m_d)
+
+
+# ----------------------------------------------------------------------------- launchers
+
+class _Launch:
+    """Shapes, block sizes and dot settings shared by the launches of one call."""
+
+    def __init__(self, q, v, reads_previous):
+        self.B, self.T, self.H, self.K = q.shape
+        self.V = v.shape[-1]
+        self.NT = triton.cdiv(self.T, BT)
+        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        self.reads_previous = bool(reads_previous)
+        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
+
+
+def _intra_scores(L, q, k, gates, u):
+    """A [B, H, T, BT] float32 (only its lower triangle is meaningful)."""
+    A = torch.empty(L.B, L.H, L.T, BT, dtype=torch.float32, device=q.device)
+    _intra_A_kernel[(L.NT, L.B * L.H)](q, k, *gates, q if u is None else u, A, L.T, L.H, L.K,
+                                       BT=BT, BC=BC, BK=L.BK, READS_PREVIOUS=L.reads_previous,
+                                       **L.dots)
+    return A
+
+
+def _states(L, k, v, gates, initial_state):
+    """[B, H, NT + 1, K, V] float32: the state entering each chunk, then the final state."""
+    return chunk_fwd_h(k, v, gates, initial_state, BT, BC, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"])
+
+
+def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
+    """(o in v's dtype, states [B, H, NT + 1, K, V] float32 with the final state last).
+
+    reads_previous=False: gla (u must be None); True: rwkv6 (u [H, K]). Inputs contiguous.
+    """
+    assert (u is not None) == bool(reads_previous)
+    L = _Launch(q, v, reads_previous)
+    gates = block_gate_sums(g, BC)
+    states = _states(L, k, v, gates, initial_state)
+    A = _intra_scores(L, q, k, gates, u)
+    o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+    _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
+        q, v, *gates, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK,
+        BV=L.BV, READS_PREVIOUS=L.reads_previous, **L.dots)
+    return o.to(v.dtype), states
+
+
+def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous):
+    """(dq, dk, dv, dg, du or None, dh0 or None); dht may be None (no gradient from the final state)."""
+    assert (u is not None) == bool(reads_previous)
+    L = _Launch(q, v, reads_previous)
+    grid_v, grid_k = (L.NV, L.NT, L.B * L.H), (L.NK, L.NT, L.B * L.H)
+    gates = block_gate_sums(g, BC)
+    states = _states(L, k, v, gates, initial_state)
+    dh, dh0 = chunk_bwd_dh(q, gates, do, dht, scale, BT, BC, q_gate_exclusive=L.reads_previous,
+                           need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
+                           operand_dtype=L.dots["OPERAND_DTYPE"])
+    A = _intra_scores(L, q, k, gates, u)
+    dA = torch.empty_like(A)
+    _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
+    dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+    _bwd_dv_kernel[grid_v](k, *gates, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
+                           BT=BT, BC=BC, BK=L.BK, BV=L.BV, **L.dots)
+    dqs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=q.device)
+    dks = torch.empty_like(dqs)
+    boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)
+    dk_last = torch.empty_like(boundary)
+    dq_first = torch.empty_like(boundary) if L.reads_previous else dk_last
+    _bwd_inter_kernel[grid_k](k, v, *gates, do, states, dh, dqs, dks, dq_first, dk_last, boundary,
+                              scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK, BV=L.BV,
+                              READS_PREVIOUS=L.reads_previous, **L.dots)
+    dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
+    du_part = (torch.empty(L.B, L.NT, L.H, L.K, dtype=torch.float32, device=q.device)
+               if L.reads_previous else boundary)
+    _bwd_intra_kernel[grid_k](q, k, *gates, q if u is None else u, dA, dqs, dks, dq_first, dk_last,
+                              dq, dk, du_part, L.T, L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK,
+                              READS_PREVIOUS=L.reads_previous, **L.dots)
+    dg = chunk_gate_grad(q, dqs, k, dks, boundary, BT, q_reads_current=not L.reads_previous,
+                         out_dtype=store_dtype(g.dtype))
+    du = du_part.sum(dim=(0, 1)).to(u.dtype) if L.reads_previous else None
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg.to(g.dtype), du, dh0

@@ -1,0 +1,68 @@
+"""Tile loads and stores shared by the chunked kernels ([B, T, H, D] sequence-first tensors).
+
+Every load returns float32 at once (zero outside the tensor); offsets are int64.
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def load_rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+              BD: tl.constexpr, i_d):
+    """[BR, BD] float32 tile of x [B, T, H, D] at rows t0.., columns i_d*BD.. (zero outside)."""
+    t = t0 + tl.arange(0, BR)
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+    return tl.load(x + offs, mask=(t[:, None] < T) & (d[None, :] < D), other=0).to(tl.float32)
+
+
+@triton.jit
+def load_rows_t(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+                BD: tl.constexpr, i_d):
+    """The same tile as `load_rows`, read transposed: [BD, BR]."""
+    t = t0 + tl.arange(0, BR)
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[None, :] * (H * D) + d[:, None]
+    return tl.load(x + offs, mask=(t[None, :] < T) & (d[:, None] < D), other=0).to(tl.float32)
+
+
+@triton.jit
+def load_row(x, base, t, T, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, i_d):
+    """[BD] float32 row of x [B, T, H, D] at time t (zero past T)."""
+    d = i_d * BD + tl.arange(0, BD)
+    # a scalar bool and'ed with a vector one trips the triton 3.9 interpreter: fold t < T into the bound
+    m = d < tl.where(t < T, D, 0)
+    return tl.load(x + base + t.to(tl.int64) * (H * D) + d, mask=m, other=0).to(tl.float32)
+
+
+@triton.jit
+def gather_rows(x, base, t, m_t, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, i_d):
+    """[len(t), BD] float32 rows t of x [B, T, H, D] where m_t holds (zero elsewhere)."""
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+    return tl.load(x + offs, mask=m_t[:, None] & (d[None, :] < D), other=0).to(tl.float32)
+
+
+@triton.jit
+def store_rows(x, val, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+               BD: tl.constexpr, i_d):
+    """Store a [BR, BD] tile into x [B, T, H, D] at rows t0.., in x's dtype."""
+    t = t0 + tl.arange(0, BR)
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+    tl.store(x + offs, val.to(x.dtype.element_ty), mask=(t[:, None] < T) & (d[None, :] < D))
+
+
+@triton.jit
+def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+               i_k, i_v, TRANSPOSED: tl.constexpr):
+    """[BK, BV] float32 block (or [BV, BK] with TRANSPOSED) of the [K, V] matrix number `index`."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    if TRANSPOSED:
+        offs = o_k[None, :] * V + o_v[:, None]
+        mask = (o_k[None, :] < K) & (o_v[:, None] < V)
+    else:
+        offs = o_k[:, None] * V + o_v[None, :]
+        mask = (o_k[:, None] < K) & (o_v[None, :] < V)
+    return tl.load(s + index.to(tl.int64) * (K * V) + offs, mask=mask, other=0).to(tl.float32)

@@ -1,0 +1,77 @@
+"""GLA, chunked: forward and backward Triton kernels over chunks of BT = 64 tokens.
+
+Per (batch, head), with state S of shape [K, V]:
+    S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t
+    o_t = scale * q_t S_t
+
+The kernels are shared with rwkv6, which differs only in reading S_{t-1} plus
+a u bonus: see ops/common/chunk_gated.py (READS_PREVIOUS=False here) for the
+algorithm. In short: states entering each chunk by chunk_fwd_h; intra-chunk
+scores from 16-row sub-chunks, off-diagonal blocks as dots of q * exp(pre) and
+k * exp(suf + between) (the reference point is the sub-chunk boundary, both
+exponents <= 0), diagonal blocks element-wise; the backward recomputes states
+and scores, takes dh from chunk_bwd_dh and dg from chunk_gate_grad with the
+gate-free terms (the diagonal pairs q_i k_i, the last row's own path into the
+leaving state) left out of both of its sides.
+"""
+from __future__ import annotations
+
+import torch
+
+from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
+from fla_kernels.utils import check_inputs
+
+
+class ChunkGLAFunction(torch.autograd.Function):
+    """Autograd wrapper: saves only the inputs; backward recomputes states and scores."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
+        o, states = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
+        final_state = states[:, :, -1].clone() if output_final_state else None
+        ctx.save_for_backward(q, k, v, g, initial_state)
+        ctx.scale = scale
+        ctx.output_final_state = output_final_state
+        return o, final_state
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, initial_state = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(v)
+        do = do.contiguous()
+        dht = dht.contiguous() if (dht is not None and ctx.output_final_state) else None
+        dq, dk, dv, dg, _, dh0 = chunk_gated_bwd(q, k, v, g, None, ctx.scale, initial_state, do, dht,
+                                                 reads_previous=False)
+        if dh0 is not None:
+            dh0 = dh0.to(initial_state.dtype)
+        grads = (dq, dk, dv, dg, None, dh0, None)
+        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
+
+
+def validate_gla(name, q, k, v, g, initial_state):
+    """ValueError with one plain sentence unless the arguments fit the GLA signature."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 4:
+        raise ValueError(f"{name}: q must be a 4-D tensor [B, T, H, K].")
+    if not isinstance(v, torch.Tensor) or v.dim() != 4:
+        raise ValueError(f"{name}: v must be a 4-D tensor [B, T, H, V].")
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    check_inputs(name, dict(q=q, k=k, v=v, g=g),
+                 dict(q=(B, T, H, K), k=(B, T, H, K), v=(B, T, H, V), g=(B, T, H, K)),
+                 initial_state=initial_state, state_shape=(B, H, K, V))
+
+
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+    """Chunked GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V] float32 or None).
+
+    q, k, g: [B, T, H, K]; v: [B, T, H, V]; g is the log gate (<= 0);
+    scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
+    Differentiable in q, k, v, g and initial_state.
+    """
+    validate_gla("chunk_gla", q, k, v, g, initial_state)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    q, k, v, g = (x.contiguous() for x in (q, k, v, g))
+    if initial_state is not None:
+        initial_state = initial_state.contiguous()
+    return ChunkGLAFunction.apply(q, k, v, g, scale, initial_state, bool(output_final_state))

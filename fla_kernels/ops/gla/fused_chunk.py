@@ -1,0 +1,325 @@
+"""GLA, fused chunk: one kernel walks a sequence's chunks in order with the state in registers.
+
+Per (batch, head), with state S of shape [K, V]:
+    S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t
+    o_t = scale * q_t S_t
+
+Chunks are BT = 16 tokens, one gate block: P (inclusive prefix) and Q
+(exclusive suffix) come from block_gate_sums(g, 16), so every gate sum is
+chunk-local. With h the state entering a chunk, p_i = sum_{s <= i} g_s and
+s_j = sum_{s > j} g_s inside it:
+    o_i = scale * ((q_i * exp(p_i)) h + sum_{j <= i} A_ij v_j)
+    A_ij = sum_d q_id k_jd exp(p_id - p_jd)     (computed element-wise, j < i; A_ii = q_i . k_i)
+    h <- diag(exp(p_last)) h + (k * exp(s))^T v
+Every exponent is p_i, s_j, p_last or p_i - p_j with i >= j inside one block:
+all <= 0 (exp_nonpos absorbs rounding). Upstream's fused_chunk_gla went NaN at
+T = 43884 with strong decay because it exponentiated differences of
+unguarded cumulative gates (exp(-G) factors); nothing here can exceed 1.
+
+Kernels, one program per (K-block, V-block, b*h):
+- _fused_fwd_kernel: forward walk; o (a partial sum per K-block) and the final state.
+- _fused_bwd_dq_kernel: forward walk recomputing the state; dq (partial per V-block)
+  and sum_v (h_T - k_L^T v_L) * dht, the final boundary term of dg.
+- _fused_bwd_dkv_kernel: reverse walk with dh in registers; dk (per V-block),
+  dv (per K-block) and dh0.
+dg: for the recurrence read as q_t S_t, dg_t = sum_{s >= t} (q_s dq_s - k_s dk_s)
++ sum_v h_T * dht over the whole sequence. The sums over the rest of the
+sequence are carried between 64-token blocks in float64 (`_gate_grad`), and
+the gate-free terms (the diagonal pairs q_i k_i, the last token's own path into
+the final state) are left out of both sides, as the chunked kernels do, so dg
+keeps its precision when strong decay makes it tiny. Transposes are only ever
+taken of loaded tiles, never of a dot's result (a transposed dot result fed to
+another dot was miscompiled on Hopper by some triton versions): where a
+transposed state is needed it is carried transposed.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.chunk_gated import TL_DTYPES, diag_block_scores
+from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
+                                                exp_nonpos, load_prefix, load_prefix_row,
+                                                load_suffix)
+from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.gate_grad import chunk_gate_grad
+from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows
+from fla_kernels.ops.gla.chunk import validate_gla
+from fla_kernels.utils import dots_in_fp32, store_dtype
+
+BT = 16        # tokens per chunk (= gate block)
+GATE_GRAD_BT = 64  # rows per block of the dg sums (the float64 carry runs between these blocks)
+
+
+@triton.jit
+def _chunk_tiles(q, k, P, Q, base_k, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                 BK: tl.constexpr, i_k):
+    """q, k, inclusive prefix p, exclusive suffix s ([BT, BK] float32) and total ([BK]) of one chunk."""
+    b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
+    b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
+    b_p = load_prefix(P, base_k, c0, T, H, K, BT, BK, i_k, BT, False)
+    b_s = load_suffix(Q, base_k, c0, T, H, K, BT, BK, i_k)
+    b_tot = block_total(P, base_k, c0, T, H, K, BK, i_k, BT)
+    return b_q, b_k, b_p, b_s, b_tot
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                      V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      USE_H0: tl.constexpr, STORE_HT: tl.constexpr, FP32_DOT: tl.constexpr,
+                      OPERAND_DTYPE: tl.constexpr):
+    """o[i_k] (the K-block's part of o, [NK, B, T, H, V]) and the final state, walking the chunks."""
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    base_o = i_k.to(tl.int64) * tl.num_programs(2) * T * V + base_v
+    o_t = tl.arange(0, BT)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        b_h += load_state(h0, i_bh, K, V, BK, BV, i_k, i_v, False)
+    for i_c in range(NT):
+        c0 = i_c * BT
+        b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
+        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_A = diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
+                                BT, BK, i_k)
+        b_o = mma(b_q * exp_nonpos(b_p), b_h, FP32_DOT, OPERAND_DTYPE)
+        b_o += mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
+        store_rows(o, b_o * scale, base_o, c0, T, H, V, BT, BV, i_v)
+        # the last token's own k^T v is added after the loop (see the backward's boundary term)
+        b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
+        b_h = b_h * exp_nonpos(b_tot)[:, None] + mma(tl.trans(b_kd), b_v, FP32_DOT, OPERAND_DTYPE)
+    if STORE_HT:
+        b_kl = load_row(k, base_k, T - 1, T, H, K, BK, i_k)
+        b_vl = load_row(v, base_v, T - 1, T, H, V, BV, i_v)
+        o_k = i_k * BK + tl.arange(0, BK)
+        o_v = i_v * BV + tl.arange(0, BV)
+        tl.store(ht + i_bh * K * V + o_k[:, None] * V + o_v[None, :], b_h + b_kl[:, None] * b_vl[None, :],
+                 mask=(o_k[:, None] < K) & (o_v[None, :] < V))
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, bound, scale, T, NT,
+                         H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                         BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr,
+                         USE_DHT: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """dq by a forward walk; the V-block's parts, [NV, B, T, H, K].
+
+    dqs_i = scale * exp(p_i) * (do_i h^T) + sum_{j < i} dA_ij k_j exp(p_i - p_j) (gated paths only;
+    dA = scale * do v^T), dq = dqs + dA_ii k_i. bound[i_v, b, h] = sum_v (h_T - k_L^T v_L) * dht.
+    The state is carried transposed, [BV, BK], so no dot's result is ever transposed.
+    """
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    base_p = i_v.to(tl.int64) * tl.num_programs(2) * T * K + base_k
+    o_t = tl.arange(0, BT)
+    b_ht = tl.zeros([BV, BK], dtype=tl.float32)
+    if USE_H0:
+        b_ht += load_state(h0, i_bh, K, V, BK, BV, i_k, i_v, True)
+    for i_c in range(NT):
+        c0 = i_c * BT
+        b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
+        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+        b_dA = mma(b_do, tl.trans(b_v), FP32_DOT, OPERAND_DTYPE) * scale
+        b_dq = mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE) * (scale * exp_nonpos(b_p))
+        for j in range(BT):
+            b_col = tl.sum(tl.where((o_t[None, :] == j) & (o_t[:, None] > j), b_dA, 0.0), axis=1)
+            b_kj = load_row(k, base_k, c0 + j, T, H, K, BK, i_k)
+            b_pj = load_prefix_row(P, base_k, c0 + j, T, H, K, BK, i_k, BT, False)
+            b_dq += b_col[:, None] * b_kj[None, :] * exp_nonpos(b_p - b_pj[None, :])
+        b_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dA, 0.0), axis=1)
+        store_rows(dqs, b_dq, base_p, c0, T, H, K, BT, BK, i_k)
+        store_rows(dq, b_dq + b_diag[:, None] * b_k, base_p, c0, T, H, K, BT, BK, i_k)
+        b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
+        b_ht = b_ht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
+    o_k = i_k * BK + tl.arange(0, BK)
+    b_bound = tl.zeros([BK], dtype=tl.float32)
+    if USE_DHT:
+        b_bound += tl.sum(b_ht * load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, True), axis=0)
+    tl.store(bound + (i_v * tl.num_programs(2) + i_bh) * K + o_k, b_bound, mask=o_k < K)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, dks, dk, dv, dh0, scale, T, NT,
+                          H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                          BK: tl.constexpr, BV: tl.constexpr, USE_DHT: tl.constexpr,
+                          STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr,
+                          OPERAND_DTYPE: tl.constexpr):
+    """dk (the V-block's part, [NV, ...]), dv (the K-block's part, [NK, ...]) and dh0 by a reverse walk.
+
+    With dh the gradient w.r.t. the state leaving the chunk:
+    dks_j = exp(s_j) * (v_j dh^T) + sum_{i > j} dA_ij q_i exp(p_i - p_j) (gated paths only; the last
+    token's v_L dht^T is not gated), dk = dks + dA_jj q_j + [j = T - 1] v_j dht^T,
+    dv_j = (k_j exp(s_j)) dh + sum_{i >= j} A_ij do_i * scale,
+    then dh <- diag(exp(p_last)) dh + scale * (q * exp(p))^T do.
+    dh is carried twice, as [BK, BV] and transposed, so no dot's result is ever transposed.
+    """
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    base_k = (i_b * T * H + i_h) * K
+    base_v = (i_b * T * H + i_h) * V
+    base_pk = i_v.to(tl.int64) * tl.num_programs(2) * T * K + base_k
+    base_pv = i_k.to(tl.int64) * tl.num_programs(2) * T * V + base_v
+    o_t = tl.arange(0, BT)
+    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
+    b_dht = tl.zeros([BV, BK], dtype=tl.float32)
+    if USE_DHT:
+        b_dh += load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, False)
+        b_dht += load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, True)
+    for i_r in range(NT):
+        c0 = (NT - 1 - i_r) * BT
+        b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
+        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+        b_decay = exp_nonpos(b_s)
+        b_A = diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
+                                BT, BK, i_k)
+        b_dv = mma(tl.trans(b_A), b_do * scale, FP32_DOT, OPERAND_DTYPE)
+        b_dv += mma(b_k * b_decay, b_dh, FP32_DOT, OPERAND_DTYPE)
+        store_rows(dv, b_dv, base_pv, c0, T, H, V, BT, BV, i_v)
+
+        b_dA = mma(b_do, tl.trans(b_v), FP32_DOT, OPERAND_DTYPE) * scale
+        b_dk = mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE) * b_decay
+        is_final = (c0 + o_t == T - 1)[:, None]
+        b_dk_final = tl.where(is_final, b_dk, 0.0)
+        b_dk = tl.where(is_final, 0.0, b_dk)
+        for i in range(BT):
+            b_row = tl.sum(tl.where((o_t[:, None] == i) & (o_t[None, :] < i), b_dA, 0.0), axis=0)
+            b_qi = load_row(q, base_k, c0 + i, T, H, K, BK, i_k)
+            b_pi = load_prefix_row(P, base_k, c0 + i, T, H, K, BK, i_k, BT, False)
+            b_dk += b_row[:, None] * b_qi[None, :] * exp_nonpos(b_pi[None, :] - b_p)
+        b_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dA, 0.0), axis=1)
+        store_rows(dks, b_dk, base_pk, c0, T, H, K, BT, BK, i_k)
+        store_rows(dk, b_dk + b_diag[:, None] * b_q + b_dk_final, base_pk, c0, T, H, K, BT, BK, i_k)
+
+        b_qg = b_q * (scale * exp_nonpos(b_p))
+        b_dh = b_dh * exp_nonpos(b_tot)[:, None] + mma(tl.trans(b_qg), b_do, FP32_DOT, OPERAND_DTYPE)
+        b_dht = b_dht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_do), b_qg, FP32_DOT, OPERAND_DTYPE)
+    if STORE_DH0:
+        o_k = i_k * BK + tl.arange(0, BK)
+        o_v = i_v * BV + tl.arange(0, BV)
+        tl.store(dh0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], b_dh,
+                 mask=(o_k[:, None] < K) & (o_v[None, :] < V))
+
+
+# ----------------------------------------------------------------------------- launchers
+
+class _Launch:
+    def __init__(self, q, v):
+        self.B, self.T, self.H, self.K = q.shape
+        self.V = v.shape[-1]
+        self.NT = triton.cdiv(self.T, BT)
+        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        self.grid = (self.NK, self.NV, self.B * self.H)
+        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
+        self.sizes = dict(BT=BT, BK=self.BK, BV=self.BV)
+
+
+def _parts(n, like, shape=None):
+    """n partial sums of a `like`-shaped result: float32 to be summed, or written once in place."""
+    shape = like.shape if shape is None else shape
+    dtype = store_dtype(like.dtype) if n == 1 else torch.float32
+    return torch.empty(n, *shape, dtype=dtype, device=like.device)
+
+
+def _total(parts, dtype):
+    """The sum of the partial results (in a fixed order: deterministic), in `dtype`."""
+    return (parts[0] if parts.shape[0] == 1 else parts.sum(0)).to(dtype)
+
+
+def _forward(q, k, v, g, scale, initial_state, output_final_state):
+    L = _Launch(q, v)
+    P, Q = block_gate_sums(g, BT)
+    o = _parts(L.NK, v)
+    ht = torch.empty(L.B, L.H, L.K, L.V, dtype=torch.float32, device=q.device) if output_final_state else None
+    _fused_fwd_kernel[L.grid](q, k, v, P, Q, q if initial_state is None else initial_state, o,
+                              q if ht is None else ht, scale, L.T, L.NT, L.H, L.K, L.V, **L.sizes,
+                              USE_H0=initial_state is not None, STORE_HT=ht is not None, **L.dots)
+    return _total(o, v.dtype), ht
+
+
+def _gate_grad(q, dqs, k, dks, final_bound, out_dtype):
+    """dg_t = sum_{s >= t} (q_s dqs_s - k_s dks_s) + final_bound, from 64-row blocks.
+
+    Inside a block the sums are chunk_gate_grad's; the part from the blocks after it
+    (their totals, then final_bound) is summed in float64 and passed as its boundary term.
+    """
+    B, T, H, K = q.shape
+    N = triton.cdiv(T, GATE_GRAD_BT)
+    x = q.float() * dqs - k.float() * dks
+    x = F.pad(x, (0, 0, 0, 0, 0, N * GATE_GRAD_BT - T)).view(B, N, GATE_GRAD_BT, H, K)
+    totals = x.sum(2, dtype=torch.float64)                               # [B, N, H, K]
+    after = totals.flip(1).cumsum(1).flip(1) - totals                    # later blocks only
+    boundary = (after + final_bound.double()[:, None]).permute(0, 2, 1, 3).float()
+    return chunk_gate_grad(q, dqs, k, dks, boundary, GATE_GRAD_BT, q_reads_current=True,
+                           out_dtype=out_dtype)
+
+
+def _backward(q, k, v, g, scale, initial_state, do, dht):
+    """(dq, dk, dv, dg, dh0 or None); dht may be None (no gradient from the final state)."""
+    L = _Launch(q, v)
+    P, Q = block_gate_sums(g, BT)
+    h0 = q if initial_state is None else initial_state
+    flags = dict(USE_DHT=dht is not None, **L.sizes, **L.dots)
+    dqs = torch.empty(L.NV, *q.shape, dtype=torch.float32, device=q.device)
+    dq = _parts(L.NV, q)
+    bound = torch.empty(L.NV, L.B, L.H, L.K, dtype=torch.float32, device=q.device)
+    _fused_bwd_dq_kernel[L.grid](q, k, v, P, Q, h0, do, q if dht is None else dht, dqs, dq, bound,
+                                 scale, L.T, L.NT, L.H, L.K, L.V,
+                                 USE_H0=initial_state is not None, **flags)
+    dks = torch.empty(L.NV, *k.shape, dtype=torch.float32, device=q.device)
+    dk = _parts(L.NV, k)
+    dv = _parts(L.NK, v)
+    dh0 = (torch.empty(L.B, L.H, L.K, L.V, dtype=torch.float32, device=q.device)
+           if initial_state is not None else None)
+    _fused_bwd_dkv_kernel[L.grid](q, k, v, P, Q, do, q if dht is None else dht, dks, dk, dv,
+                                  q if dh0 is None else dh0, scale, L.T, L.NT, L.H, L.K, L.V,
+                                  STORE_DH0=dh0 is not None, **flags)
+    dqs, dks = _total(dqs, torch.float32), _total(dks, torch.float32)
+    dg = _gate_grad(q, dqs, k, dks, bound.sum(0), store_dtype(g.dtype))
+    return _total(dq, q.dtype), _total(dk, k.dtype), _total(dv, v.dtype), dg.to(g.dtype), dh0
+
+
+class FusedChunkGLAFunction(torch.autograd.Function):
+    """Autograd wrapper: saves only the inputs; the backward walks recompute the states."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
+        o, ht = _forward(q, k, v, g, scale, initial_state, output_final_state)
+        ctx.save_for_backward(q, k, v, g, initial_state)
+        ctx.scale = scale
+        ctx.output_final_state = output_final_state
+        return o, ht
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, initial_state = ctx.saved_tensors
+        do = torch.zeros_like(v) if do is None else do.contiguous()
+        dht = dht.contiguous() if (dht is not None and ctx.output_final_state) else None
+        dq, dk, dv, dg, dh0 = _backward(q, k, v, g, ctx.scale, initial_state, do, dht)
+        if dh0 is not None:
+            dh0 = dh0.to(initial_state.dtype)
+        grads = (dq, dk, dv, dg, None, dh0, None)
+        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
+
+
+def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+    """Fused-chunk GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V] float32 or None).
+
+    q, k, g: [B, T, H, K]; v: [B, T, H, V]; g is the log gate (<= 0);
+    scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
+    Differentiable in q, k, v, g and initial_state.
+    """
+    validate_gla("fused_chunk_gla", q, k, v, g, initial_state)
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    q, k, v, g = (x.contiguous() for x in (q, k, v, g))
+    if initial_state is not None:
+        initial_state = initial_state.contiguous()
+    return FusedChunkGLAFunction.apply(q, k, v, g, scale, initial_state, bool(output_final_state))
