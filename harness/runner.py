@@ -134,7 +134,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device) -> l
         wall = time.perf_counter() - start
         results[impl.variant] = out
         for name in names:
-            tol = tolerance_for(case.op, name, case.dtype)
+            tol = tolerance_for(case.op, name, case.dtype, case.T)
             metrics = compare_to_golden(out.get(name), golden[name], baseline[name], tol,
                                         _seq_layout(spec, name), dtypes[name])
             bounds[(impl.variant, name)] = metrics.get("bound", math.nan)

@@ -10,14 +10,20 @@ baseline sums its products pairwise (torch), while a Triton `tl.dot` accumulates
 where the baseline is only an ulp or two off the golden (T = 1, no state), a correct kernel
 is up to ~8 ulps off (seen on the H100: dr at T=1, K=V=128, 7.6 ulps). Every real fp32 bug
 class is orders of magnitude above that: tf32 products ~1e-3, a bf16 detour ~4e-3 relative.
+Rounding errors of a sum over T steps add like a random walk, so beyond one chunk (64 steps)
+the fp32 floor factor grows as sqrt(T / 64): without decay (linear attention) the three
+variants of a correct op all sat at 30 floors at T = 1000 (1e-6 relative) while the pairwise
+torch baseline sat at 5; at T = 43884 the allowance is ~2.5e-5 relative, still 20x under tf32.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DEFAULT_FACTOR = {"output": 2.0, "gradient": 3.0}
 DEFAULT_ATOL = {"fp32": 1e-6, "fp16": 1e-5, "bf16": 1e-5}
 DEFAULT_FLOOR_FACTOR = {"fp32": 16.0, "fp16": 2.0, "bf16": 2.0}
+ACCUMULATION_CHUNK = 64   # fp32: the floor factor grows as sqrt(T / ACCUMULATION_CHUNK) beyond it
 
 # (op, tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}; "*" matches anything.
 OVERRIDES: dict = {}
@@ -33,11 +39,13 @@ class Tolerance:
         return self.factor * base_err + self.floor_factor * floor + self.atol
 
 
-def tolerance_for(op: str, tensor: str, dtype: str) -> Tolerance:
-    """The tolerance of one tensor; the most specific override wins."""
+def tolerance_for(op: str, tensor: str, dtype: str, T: int = 1) -> Tolerance:
+    """The tolerance of one tensor of a case with T steps; the most specific override wins."""
     kind = "gradient" if tensor.startswith("d") else "output"   # o and final states: "ht", "hkt", ...
-    fields = {"factor": DEFAULT_FACTOR[kind], "atol": DEFAULT_ATOL[dtype],
-              "floor_factor": DEFAULT_FLOOR_FACTOR[dtype]}
+    floor_factor = DEFAULT_FLOOR_FACTOR[dtype]
+    if dtype == "fp32":
+        floor_factor *= math.sqrt(max(1.0, T / ACCUMULATION_CHUNK))
+    fields = {"factor": DEFAULT_FACTOR[kind], "atol": DEFAULT_ATOL[dtype], "floor_factor": floor_factor}
     for key in ((op, tensor, "*"), ("*", tensor, dtype), (op, "*", dtype), (op, tensor, dtype)):
         fields.update({k: v for k, v in OVERRIDES.get(key, {}).items() if k in fields})
     return Tolerance(**fields)

@@ -125,3 +125,9 @@ def test_tensor_in_the_wrong_dtype_fails_and_floor_uses_the_contract():
     row = compare_to_golden(gold.bfloat16(), gold, base, TOL, seq_layout=True, expected_dtype=torch.float32)
     assert row["verdict"] == "FAIL" and "bfloat16" in row["message"] and "float32" in row["message"]
     assert row["floor"] < 1e-6
+
+
+def test_fp32_floor_allowance_grows_with_the_square_root_of_T_only():
+    assert tolerance_for("gla", "o", "fp32", T=64).floor_factor == 16.0
+    assert tolerance_for("gla", "o", "fp32", T=64 * 100).floor_factor == pytest.approx(160.0)
+    assert tolerance_for("gla", "o", "bf16", T=64 * 100).floor_factor == 2.0

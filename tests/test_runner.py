@@ -73,7 +73,7 @@ def test_missing_final_state_fails_on_ht():
 
 
 @pytest.mark.parametrize("name", ["through_bf16", "through_tf32"])
-@pytest.mark.parametrize("T", [1, 40])
+@pytest.mark.parametrize("T", [1, 40, 600])
 def test_fp32_case_computed_at_lower_precision_fails(name, T):
     rows = by_tensor(run_case(SPEC, case("fp32", T=T), [impl(name)], CPU))
     assert rows["o"]["verdict"] == "FAIL"
