@@ -10,11 +10,14 @@ from typing import Callable
 
 import torch
 
-from harness.cases import Case
+from harness.cases import DTYPES, Case
 from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_to_golden, compare_variants
 from harness.registry import OpSpec, load_function
 from harness.tolerance import tolerance_for
+
+
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device) -> l
         wall = time.perf_counter() - start
         results[impl.variant] = out
         for name in names:
-            tol = tolerance_for(case.op, name, case.dtype, case.T)
+            tol = tolerance_for(case.op, name, case.dtype, case.T, DTYPE_NAMES[dtypes[name]])
             metrics = compare_to_golden(out.get(name), golden[name], baseline[name], tol,
                                         _seq_layout(spec, name), dtypes[name])
             bounds[(impl.variant, name)] = metrics.get("bound", math.nan)

@@ -39,11 +39,16 @@ class Tolerance:
         return self.factor * base_err + self.floor_factor * floor + self.atol
 
 
-def tolerance_for(op: str, tensor: str, dtype: str, T: int = 1) -> Tolerance:
-    """The tolerance of one tensor of a case with T steps; the most specific override wins."""
+def tolerance_for(op: str, tensor: str, dtype: str, T: int = 1, tensor_dtype: str | None = None) -> Tolerance:
+    """The tolerance of one tensor of a case in `dtype` with T steps; the most specific override wins.
+
+    The floor factor follows the dtype the tensor itself is returned in (`tensor_dtype`, default the
+    case's): states are float32 in every case, and accumulate like any fp32 result.
+    """
     kind = "gradient" if tensor.startswith("d") else "output"   # o and final states: "ht", "hkt", ...
-    floor_factor = DEFAULT_FLOOR_FACTOR[dtype]
-    if dtype == "fp32":
+    own = tensor_dtype or dtype
+    floor_factor = DEFAULT_FLOOR_FACTOR[own]
+    if own == "fp32":
         floor_factor *= math.sqrt(max(1.0, T / ACCUMULATION_CHUNK))
     fields = {"factor": DEFAULT_FACTOR[kind], "atol": DEFAULT_ATOL[dtype], "floor_factor": floor_factor}
     for key in ((op, tensor, "*"), ("*", tensor, dtype), (op, "*", dtype), (op, tensor, dtype)):

@@ -131,3 +131,9 @@ def test_fp32_floor_allowance_grows_with_the_square_root_of_T_only():
     assert tolerance_for("gla", "o", "fp32", T=64).floor_factor == 16.0
     assert tolerance_for("gla", "o", "fp32", T=64 * 100).floor_factor == pytest.approx(160.0)
     assert tolerance_for("gla", "o", "bf16", T=64 * 100).floor_factor == 2.0
+
+
+def test_float32_state_of_a_bf16_case_takes_the_fp32_floor_rule():
+    state = tolerance_for("linear_attn", "ht", "bf16", T=64 * 16, tensor_dtype="fp32")
+    assert state.floor_factor == pytest.approx(64.0)
+    assert tolerance_for("linear_attn", "o", "bf16", T=64 * 16, tensor_dtype="bf16").floor_factor == 2.0
