@@ -27,7 +27,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import block_size
 from fla_kernels.ops.common.dot import mma
-from fla_kernels.ops.simple_gla.chunk import TL_DTYPES, load_rows, load_rows_t, prepare, store_rows
+from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
+from fla_kernels.ops.simple_gla.chunk import TL_DTYPES, prepare
 from fla_kernels.utils import dots_in_fp32, store_dtype
 
 BT = 64  # tokens per chunk

@@ -40,6 +40,7 @@ import triton.language as tl
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, chunk_bwd_dh,
                                                 chunk_fwd_h, exp_nonpos)
 from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
 from fla_kernels.utils import check_inputs, store_dtype
 
 BT = 64  # tokens per chunk
@@ -48,52 +49,7 @@ GS = 16  # gate block of the chunk-state kernels
 TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
-# ----------------------------------------------------------------------------- tile helpers
-
-@triton.jit
-def load_rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
-              BD: tl.constexpr, i_d):
-    """[BR, BD] float32 tile of x [B, T, H, D] at rows t0.., columns i_d*BD.. (zero outside)."""
-    t = t0 + tl.arange(0, BR)
-    d = i_d * BD + tl.arange(0, BD)
-    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
-    return tl.load(x + offs, mask=(t[:, None] < T) & (d[None, :] < D), other=0).to(tl.float32)
-
-
-@triton.jit
-def load_rows_t(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
-                BD: tl.constexpr, i_d):
-    """The same tile as `load_rows`, read transposed: [BD, BR]."""
-    t = t0 + tl.arange(0, BR)
-    d = i_d * BD + tl.arange(0, BD)
-    offs = base + t.to(tl.int64)[None, :] * (H * D) + d[:, None]
-    return tl.load(x + offs, mask=(t[None, :] < T) & (d[:, None] < D), other=0).to(tl.float32)
-
-
-@triton.jit
-def store_rows(x, val, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
-               BD: tl.constexpr, i_d):
-    """Store a [BR, BD] tile into x [B, T, H, D] at rows t0.., in x's dtype."""
-    t = t0 + tl.arange(0, BR)
-    d = i_d * BD + tl.arange(0, BD)
-    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
-    tl.store(x + offs, val.to(x.dtype.element_ty), mask=(t[:, None] < T) & (d[None, :] < D))
-
-
-@triton.jit
-def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-               i_k, i_v, TRANSPOSED: tl.constexpr):
-    """[BK, BV] float32 block (or [BV, BK] with TRANSPOSED) of the [K, V] matrix number `index`."""
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    if TRANSPOSED:
-        offs = o_k[None, :] * V + o_v[:, None]
-        mask = (o_k[None, :] < K) & (o_v[:, None] < V)
-    else:
-        offs = o_k[:, None] * V + o_v[None, :]
-        mask = (o_k[:, None] < K) & (o_v[None, :] < V)
-    return tl.load(s + index.to(tl.int64) * (K * V) + offs, mask=mask, other=0).to(tl.float32)
-
+# ----------------------------------------------------------------------------- gates
 
 @triton.jit
 def chunk_cumgate(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr):
