@@ -4,7 +4,8 @@ The interpreter hides what only the compiler rejects (loop-carried values that c
 of mismatched blocks, dtype clashes in `tl.dot`). `record_launches` runs a workload under the
 interpreter with launches recorded instead of executed, GPU numerics selected (bf16 dot operands, no
 fp32 stores); `compile_records` then compiles each distinct specialisation to sm_90 machine code in a
-process where `triton.jit` is the real compiler.
+process where `triton.jit` is the real compiler, and checks that its shared memory fits the GPU (a
+kernel over the limit compiles but fails at launch with OutOfResources).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch
 TENSOR_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
                 torch.int32: "*i32", torch.int64: "*i64"}
 OPTION_NAMES = ("num_warps", "num_stages")
+SHARED_MEMORY_LIMIT = {90: 232448}  # bytes a block may opt in to (H100: 227 KiB)
 
 
 def _is_constexpr(param: inspect.Parameter) -> bool:
@@ -114,8 +116,12 @@ def _compile_main(arch: int):
         constexprs = {k: _decode(v) for k, v in rec["constexprs"].items()}
         src = triton.compiler.ASTSource(fn=fn, signature=rec["signature"], constexprs=constexprs)
         try:
-            triton.compile(src, target=target, options=rec["options"])
-            results.append({"name": rec["name"], "ok": True, "error": ""})
+            shared = triton.compile(src, target=target, options=rec["options"]).metadata.shared
+            limit = SHARED_MEMORY_LIMIT[arch]
+            error = (f"OutOfResources: needs {shared} bytes of shared memory, sm_{arch} has {limit}"
+                     if shared > limit else "")
+            results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
+                            "constexprs": rec["constexprs"]})
         except Exception as exc:  # every failure is reported, the others still compile
             results.append({"name": rec["name"], "ok": False, "error": f"{type(exc).__name__}: {exc}"[-2000:],
                             "constexprs": rec["constexprs"]})

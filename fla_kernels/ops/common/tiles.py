@@ -66,3 +66,18 @@ def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV:
         offs = o_k[:, None] * V + o_v[None, :]
         mask = (o_k[:, None] < K) & (o_v[None, :] < V)
     return tl.load(s + index.to(tl.int64) * (K * V) + offs, mask=mask, other=0).to(tl.float32)
+
+
+@triton.jit
+def store_state(s, index, val, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                BV: tl.constexpr, i_k, i_v, TRANSPOSED: tl.constexpr):
+    """Store a [BK, BV] block (or [BV, BK] with TRANSPOSED) into the [K, V] matrix number `index`."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    if TRANSPOSED:
+        offs = o_k[None, :] * V + o_v[:, None]
+        mask = (o_k[None, :] < K) & (o_v[:, None] < V)
+    else:
+        offs = o_k[:, None] * V + o_v[None, :]
+        mask = (o_k[:, None] < K) & (o_v[None, :] < V)
+    tl.store(s + index.to(tl.int64) * (K * V) + offs, val.to(s.dtype.element_ty), mask=mask)

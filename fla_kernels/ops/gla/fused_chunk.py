@@ -22,12 +22,16 @@ Kernels, one program per (K-block, V-block, b*h):
   and sum_v (h_T - k_L^T v_L) * dht, the final boundary term of dg.
 - _fused_bwd_dkv_kernel: reverse walk with dh in registers; dk (per V-block),
   dv (per K-block) and dh0.
-dg: for the recurrence read as q_t S_t, dg_t = sum_{s >= t} (q_s dq_s - k_s dk_s)
-+ sum_v h_T * dht over the whole sequence. The sums over the rest of the
-sequence are carried between 64-token blocks in float64 (`_gate_grad`), and
-the gate-free terms (the diagonal pairs q_i k_i, the last token's own path into
-the final state) are left out of both sides, as the chunked kernels do, so dg
-keeps its precision when strong decay makes it tiny. Transposes are only ever
+dg: for the recurrence read as q_t S_t and t in a 64-token block,
+dg_t = sum_{t <= s in the block} (q_s dq_s - k_s dk_s) + sum_v h * dh, with h the
+state leaving the block and dh its gradient (chunk_gate_grad). The dq walk
+stores h at every interior block end; the dkv walk, which holds dh there,
+forms the boundary term. Nothing is summed across blocks, so dg's error does
+not grow with T (a suffix sum over the whole sequence did: at T = 43884 in
+bf16 it exceeded the bound). The gate-free terms (the diagonal pairs q_i k_i,
+the last token's own path into the final state) are left out of both sides,
+as the chunked kernels do, so dg keeps its precision when strong decay makes
+it tiny. Transposes are only ever
 taken of loaded tiles, never of a dot's result (a transposed dot result fed to
 another dot was miscompiled on Hopper by some triton versions): where a
 transposed state is needed it is carried transposed.
@@ -35,7 +39,6 @@ transposed state is needed it is carried transposed.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
@@ -45,12 +48,13 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, blo
                                                 load_suffix)
 from fla_kernels.ops.common.dot import mma
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows
+from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
 from fla_kernels.utils import dots_in_fp32, store_dtype
 
 BT = 16        # tokens per chunk (= gate block)
-GATE_GRAD_BT = 64  # rows per block of the dg sums (the float64 carry runs between these blocks)
+GATE_GRAD_BT = 64  # rows per block of the dg sums
+STEPS = GATE_GRAD_BT // BT  # chunks per dg block
 
 
 @triton.jit
@@ -95,21 +99,28 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
     if STORE_HT:
         b_kl = load_row(k, base_k, T - 1, T, H, K, BK, i_k)
         b_vl = load_row(v, base_v, T - 1, T, H, V, BV, i_v)
-        o_k = i_k * BK + tl.arange(0, BK)
-        o_v = i_v * BV + tl.arange(0, BV)
-        tl.store(ht + i_bh * K * V + o_k[:, None] * V + o_v[None, :], b_h + b_kl[:, None] * b_vl[None, :],
-                 mask=(o_k[:, None] < K) & (o_v[None, :] < V))
+        store_state(ht, i_bh, b_h + b_kl[:, None] * b_vl[None, :], K, V, BK, BV, i_k, i_v, False)
 
 
-@triton.jit(do_not_specialize=["T", "NT"])
-def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, bound, scale, T, NT,
+@triton.jit
+def _store_boundary(boundary, val, i_v, i_bh, block, NB, K: tl.constexpr, BK: tl.constexpr, i_k):
+    """boundary[i_v, b, h, block, K-block i_k] = val ([BK]); boundary is [NV, B, H, NB, K]."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    row = (i_v.to(tl.int64) * tl.num_programs(2) + i_bh) * NB + block
+    tl.store(boundary + row * K + o_k, val, mask=o_k < K)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "NB"])
+def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, scale, T, NT, NB,
                          H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                         BK: tl.constexpr, BV: tl.constexpr, USE_H0: tl.constexpr,
-                         USE_DHT: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                         BK: tl.constexpr, BV: tl.constexpr, STEPS: tl.constexpr,
+                         USE_H0: tl.constexpr, USE_DHT: tl.constexpr, FP32_DOT: tl.constexpr,
+                         OPERAND_DTYPE: tl.constexpr):
     """dq by a forward walk; the V-block's parts, [NV, B, T, H, K].
 
     dqs_i = scale * exp(p_i) * (do_i h^T) + sum_{j < i} dA_ij k_j exp(p_i - p_j) (gated paths only;
-    dA = scale * do v^T), dq = dqs + dA_ii k_i. bound[i_v, b, h] = sum_v (h_T - k_L^T v_L) * dht.
+    dA = scale * do v^T), dq = dqs + dA_ii k_i. The state leaving every dg block but the last
+    goes to states[b, h, block]; boundary[i_v, b, h, NB - 1] = sum_v (h_T - k_L^T v_L) * dht.
     The state is carried transposed, [BV, BK], so no dot's result is ever transposed.
     """
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
@@ -138,17 +149,20 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, bound, scale, T, N
         store_rows(dq, b_dq + b_diag[:, None] * b_k, base_p, c0, T, H, K, BT, BK, i_k)
         b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
         b_ht = b_ht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
-    o_k = i_k * BK + tl.arange(0, BK)
+        if ((i_c + 1) % STEPS == 0) & (i_c + 1 < NT):
+            store_state(states, i_bh * (NB - 1) + (i_c + 1) // STEPS - 1, b_ht, K, V, BK, BV,
+                        i_k, i_v, True)
     b_bound = tl.zeros([BK], dtype=tl.float32)
     if USE_DHT:
         b_bound += tl.sum(b_ht * load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, True), axis=0)
-    tl.store(bound + (i_v * tl.num_programs(2) + i_bh) * K + o_k, b_bound, mask=o_k < K)
+    _store_boundary(boundary, b_bound, i_v, i_bh, NB - 1, NB, K, BK, i_k)
 
 
-@triton.jit(do_not_specialize=["T", "NT"])
-def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, dks, dk, dv, dh0, scale, T, NT,
-                          H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                          BK: tl.constexpr, BV: tl.constexpr, USE_DHT: tl.constexpr,
+@triton.jit(do_not_specialize=["T", "NT", "NB"])
+def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv, dh0, scale, T,
+                          NT, NB, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                          BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                          STEPS: tl.constexpr, USE_DHT: tl.constexpr,
                           STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr,
                           OPERAND_DTYPE: tl.constexpr):
     """dk (the V-block's part, [NV, ...]), dv (the K-block's part, [NK, ...]) and dh0 by a reverse walk.
@@ -158,6 +172,7 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, dks, dk, dv, dh0, scale, T, NT
     token's v_L dht^T is not gated), dk = dks + dA_jj q_j + [j = T - 1] v_j dht^T,
     dv_j = (k_j exp(s_j)) dh + sum_{i >= j} A_ij do_i * scale,
     then dh <- diag(exp(p_last)) dh + scale * (q * exp(p))^T do.
+    At every interior dg block end, boundary[i_v, b, h, block] = sum_v h * dh with h from states.
     dh is carried twice, as [BK, BV] and transposed, so no dot's result is ever transposed.
     """
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
@@ -173,7 +188,12 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, dks, dk, dv, dh0, scale, T, NT
         b_dh += load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, False)
         b_dht += load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, True)
     for i_r in range(NT):
-        c0 = (NT - 1 - i_r) * BT
+        i_c = NT - 1 - i_r
+        c0 = i_c * BT
+        if ((i_c + 1) % STEPS == 0) & (i_c + 1 < NT):
+            block = (i_c + 1) // STEPS - 1
+            b_hb = load_state(states, i_bh * (NB - 1) + block, K, V, BK, BV, i_k, i_v, True)
+            _store_boundary(boundary, tl.sum(b_hb * b_dht, axis=0), i_v, i_bh, block, NB, K, BK, i_k)
         b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
@@ -202,10 +222,7 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, dks, dk, dv, dh0, scale, T, NT
         b_dh = b_dh * exp_nonpos(b_tot)[:, None] + mma(tl.trans(b_qg), b_do, FP32_DOT, OPERAND_DTYPE)
         b_dht = b_dht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_do), b_qg, FP32_DOT, OPERAND_DTYPE)
     if STORE_DH0:
-        o_k = i_k * BK + tl.arange(0, BK)
-        o_v = i_v * BV + tl.arange(0, BV)
-        tl.store(dh0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], b_dh,
-                 mask=(o_k[:, None] < K) & (o_v[None, :] < V))
+        store_state(dh0, i_bh, b_dh, K, V, BK, BV, i_k, i_v, False)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -245,45 +262,31 @@ def _forward(q, k, v, g, scale, initial_state, output_final_state):
     return _total(o, v.dtype), ht
 
 
-def _gate_grad(q, dqs, k, dks, final_bound, out_dtype):
-    """dg_t = sum_{s >= t} (q_s dqs_s - k_s dks_s) + final_bound, from 64-row blocks.
-
-    Inside a block the sums are chunk_gate_grad's; the part from the blocks after it
-    (their totals, then final_bound) is summed in float64 and passed as its boundary term.
-    """
-    B, T, H, K = q.shape
-    N = triton.cdiv(T, GATE_GRAD_BT)
-    x = q.float() * dqs - k.float() * dks
-    x = F.pad(x, (0, 0, 0, 0, 0, N * GATE_GRAD_BT - T)).view(B, N, GATE_GRAD_BT, H, K)
-    totals = x.sum(2, dtype=torch.float64)                               # [B, N, H, K]
-    after = totals.flip(1).cumsum(1).flip(1) - totals                    # later blocks only
-    boundary = (after + final_bound.double()[:, None]).permute(0, 2, 1, 3).float()
-    return chunk_gate_grad(q, dqs, k, dks, boundary, GATE_GRAD_BT, q_reads_current=True,
-                           out_dtype=out_dtype)
-
-
 def _backward(q, k, v, g, scale, initial_state, do, dht):
     """(dq, dk, dv, dg, dh0 or None); dht may be None (no gradient from the final state)."""
     L = _Launch(q, v)
     P, Q = block_gate_sums(g, BT)
     h0 = q if initial_state is None else initial_state
     flags = dict(USE_DHT=dht is not None, **L.sizes, **L.dots)
+    NB = triton.cdiv(L.T, GATE_GRAD_BT)
+    states = torch.empty(L.B, L.H, max(NB - 1, 1), L.K, L.V, dtype=torch.float32, device=q.device)
+    boundary = torch.empty(L.NV, L.B, L.H, NB, L.K, dtype=torch.float32, device=q.device)
     dqs = torch.empty(L.NV, *q.shape, dtype=torch.float32, device=q.device)
     dq = _parts(L.NV, q)
-    bound = torch.empty(L.NV, L.B, L.H, L.K, dtype=torch.float32, device=q.device)
-    _fused_bwd_dq_kernel[L.grid](q, k, v, P, Q, h0, do, q if dht is None else dht, dqs, dq, bound,
-                                 scale, L.T, L.NT, L.H, L.K, L.V,
+    _fused_bwd_dq_kernel[L.grid](q, k, v, P, Q, h0, do, q if dht is None else dht, dqs, dq, states,
+                                 boundary, scale, L.T, L.NT, NB, L.H, L.K, L.V, STEPS=STEPS,
                                  USE_H0=initial_state is not None, **flags)
     dks = torch.empty(L.NV, *k.shape, dtype=torch.float32, device=q.device)
     dk = _parts(L.NV, k)
     dv = _parts(L.NK, v)
     dh0 = (torch.empty(L.B, L.H, L.K, L.V, dtype=torch.float32, device=q.device)
            if initial_state is not None else None)
-    _fused_bwd_dkv_kernel[L.grid](q, k, v, P, Q, do, q if dht is None else dht, dks, dk, dv,
-                                  q if dh0 is None else dh0, scale, L.T, L.NT, L.H, L.K, L.V,
-                                  STORE_DH0=dh0 is not None, **flags)
+    _fused_bwd_dkv_kernel[L.grid](q, k, v, P, Q, do, q if dht is None else dht, states, boundary,
+                                  dks, dk, dv, q if dh0 is None else dh0, scale, L.T, L.NT, NB,
+                                  L.H, L.K, L.V, STEPS=STEPS, STORE_DH0=dh0 is not None, **flags)
     dqs, dks = _total(dqs, torch.float32), _total(dks, torch.float32)
-    dg = _gate_grad(q, dqs, k, dks, bound.sum(0), store_dtype(g.dtype))
+    dg = chunk_gate_grad(q, dqs, k, dks, boundary.sum(0), GATE_GRAD_BT, q_reads_current=True,
+                         out_dtype=store_dtype(g.dtype))
     return _total(dq, q.dtype), _total(dk, k.dtype), _total(dv, v.dtype), dg.to(g.dtype), dh0
 
 

@@ -213,12 +213,15 @@ class _Launch:
         self.B, self.T, self.H, self.K = q.shape
         self.V = v.shape[-1]
         self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        # 32-wide blocks: with fp32 operands (below) 64-wide ones need up to 246 KB of shared
+        # memory in _bwd_dqkg_kernel at K = V = 128, over the H100's 227 KB
+        self.BK, self.BV = block_size(self.K, cap=32), block_size(self.V, cap=32)
         self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
-        # Every product in fp32 (IEEE), whatever the inputs' dtype: with bf16 / fp16 tensor-core
-        # operands these kernels gave wrong o from row 16 on for V <= 32 and an illegal memory
-        # access at K=32, V=16 on the H100 (triton 3.6), while fp32 products were right. Kept
-        # until the cause is found; it costs speed, not accuracy.
+        # Every product in fp32 (IEEE), whatever the inputs' dtype. With bf16 tensor-core operands
+        # the H100 (triton 3.6) gave wrong o in rows 16..63 of every chunk (the rows of warps 1-3)
+        # when the K loop ran once and BV <= 32 (K=64/V=16, K=64/V=32, K=32/V=16; K=16 and
+        # V >= 64 were right): the score matrix, a dot's result, feeds the next dot. num_stages=1
+        # did not help, num_warps=2 did; fp32 products are right everywhere. Costs speed only.
         self.dots = dict(FP32_DOT=True, OPERAND_DTYPE=TL_DTYPES[q.dtype])
 
 
