@@ -1,4 +1,4 @@
-"""A kernel the interpreter runs but the compiler rejects, to test the compile check itself."""
+"""Kernels the interpreter runs but a GPU cannot, to test the compile check itself."""
 import triton
 import triton.language as tl
 
@@ -15,3 +15,16 @@ def shape_changing_loop_kernel(x, y, N: tl.constexpr):
 
 def launch(x, y):
     shape_changing_loop_kernel[(1,)](x, y, N=16)
+
+
+@triton.jit
+def oversized_shared_memory_kernel(a, b, c, N: tl.constexpr):
+    """bf16 product of two [N, N] tiles: at N = 256 its operands need 256 KiB of shared memory."""
+    offs = tl.arange(0, N)
+    tile = offs[:, None] * N + offs[None, :]
+    acc = tl.dot(tl.load(a + tile).to(tl.bfloat16), tl.load(b + tile).to(tl.bfloat16))
+    tl.store(c + tile, acc)
+
+
+def launch_oversized(a, b, c):
+    oversized_shared_memory_kernel[(1,)](a, b, c, N=256)

@@ -14,8 +14,9 @@ from harness.registry import OPS
 from harness.runner import execute
 from tests.gpu_compile import compile_records, distinct, recording_launches
 
-# K != V and a non-power-of-two head dim; bf16 (tensor-core dots) and fp32 (IEEE dots) code paths.
-SHAPES = [(64, 16), (60, 60)]
+# K != V, non-power-of-two head dims, loops over several K- and V-blocks (where the pipeliner
+# multiplies shared-memory buffers); bf16 (tensor-core dots) and fp32 (IEEE dots) code paths.
+SHAPES = [(64, 16), (128, 100)]
 DTYPES = ["bf16", "fp32"]
 VARIANTS = [(op, variant) for op, spec in sorted(OPS.items()) for variant in spec.variants]
 
@@ -60,3 +61,11 @@ def test_the_check_rejects_a_kernel_only_the_compiler_refuses():
         broken_triton.launch(torch.zeros(16, 16), torch.zeros(16))
     (result,) = compile_records(distinct(records))
     assert not result["ok"] and "Loop-carried variable acc" in result["error"]
+
+
+def test_the_check_rejects_a_kernel_over_the_shared_memory_limit():
+    from tests import broken_triton
+    with recording_launches() as records:
+        broken_triton.launch_oversized(*(torch.zeros(256, 256) for _ in range(3)))
+    (result,) = compile_records(distinct(records))
+    assert not result["ok"] and "OutOfResources" in result["error"] and "shared memory" in result["error"]

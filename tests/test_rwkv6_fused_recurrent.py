@@ -8,7 +8,8 @@ results, computed in fp32 and rounded once, within half an ulp of the float64 va
 import pytest
 import torch
 
-from fla_kernels.ops.rwkv6.fused_recurrent import CHUNK, fused_recurrent_rwkv6
+from fla_kernels.ops.common.fused_recurrent import CHUNK
+from fla_kernels.ops.rwkv6.fused_recurrent import fused_recurrent_rwkv6
 from tests.kernel_testing import (DEVICE, REL_TOL, RWKV6, assert_close, assert_identical,
                                   assert_matches_reference, assert_unchanged, make_inputs, reference, run,
                                   segmented)

@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.dot import add_rounded, mma
 
 
 def block_size(n: int, cap: int = 64) -> int:
@@ -199,7 +199,7 @@ def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, T, NT, H: tl.constexpr, K: tl.co
             _, b_suffix, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k, True)
             b_k = b_k * exp_nonpos(b_suffix)
             b_h = b_h * exp_nonpos(b_total)[:, None]
-        b_h += mma(tl.trans(b_k), b_v, FP32_DOT, OPERAND_DTYPE)
+        b_h = add_rounded(b_h, mma(tl.trans(b_k), b_v, FP32_DOT, OPERAND_DTYPE))
     tl.store(p_state + NT * K * V, b_h, mask=m_kv)
 
 
@@ -262,7 +262,7 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
                                                     Q_GATE_EXCLUSIVE)
             b_q = b_q * exp_nonpos(b_prefix)
             b_dh = b_dh * exp_nonpos(b_total)[:, None]
-        b_dh += mma(tl.trans(b_q * scale), b_do, FP32_DOT, OPERAND_DTYPE)
+        b_dh = add_rounded(b_dh, mma(tl.trans(b_q * scale), b_do, FP32_DOT, OPERAND_DTYPE))
     if STORE_DH0:
         tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
 

@@ -15,3 +15,15 @@ def mma(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     else:
         return tl.dot(a.to(OPERAND_DTYPE), b.to(OPERAND_DTYPE), out_dtype=tl.float32)
+
+
+@triton.jit
+def add_rounded(acc, x):
+    """acc + x in fp32 rounded to nearest, where x is a product (`mma`) and acc a carried state.
+
+    Triton folds `acc + tl.dot(a, b)` into a dot that accumulates into acc, and the tensor cores
+    add with truncation, not rounding: a state carried through N chunks then drifts by up to an
+    ulp per chunk, always the same way (linear attention, bf16, T = 43884: final state off by
+    400 fp32 floors). The fma is a plain IEEE add the fold does not match.
+    """
+    return tl.fma(x, 1.0, acc)

@@ -1,9 +1,11 @@
 """Token-by-token kernels for S_t = decay_t S_{t-1} + k_t^T v_t, o_t = scale q_t S_t.
 
-One kernel set serves three op families through the constexpr GATE:
+One kernel set serves four op families through the constexprs GATE and READS_PREVIOUS:
     GATE_CHANNEL (gla):        decay_t = diag(exp(g_t)), g [B, T, H, K]
     GATE_SCALAR  (simple_gla): decay_t = exp(g_t),       g [B, T, H]
     GATE_NONE    (linear_attn, simple_gla with g=None): decay_t = 1
+    GATE_CHANNEL with READS_PREVIOUS (rwkv6, q = r, g = w, bonus u [H, K]):
+                               o_t = scale q_t (S_{t-1} + diag(u) k_t^T v_t)
 
 Every kernel runs one program per (V-block, batch * head) and keeps a [BK, BV]
 float32 block of the state (or of its gradient) in registers, all of K in one block:
@@ -31,6 +33,15 @@ chunk_gate_grad the same sums without them:
     dg_t = boundary' + sum_{t <= s <= L} q_s dq'_s - sum_{t <= s < L} k_s dk'_s
 Every term left carries a gate of the chunk. The scalar gate's gradient is that per-channel
 formula summed over K (in torch, after chunk_gate_grad).
+
+With READS_PREVIOUS token s reads S_{s-1}, so its q-sum runs over s > t (q_reads_current=False),
+dq_s = scale S_{s-1} do_s, and the gate-free pair is q_s with k_{s-1}:
+    dq'_s = scale (exp(g_{s-1}) S_{s-2}) do_s     (S_{s-1} less k_{s-1}^T v_{s-1})
+    dk'_s = (exp(g_{s+1}) dS_{s+1}) v_s for s < L,   dk'_L = 0   (dS_s less scale q_{s+1}^T do_{s+1})
+    boundary' = sum_v (exp(g_L) S_{L-1}) * dS_L
+    dg_t = boundary' + sum_{t < s <= L} q_s dq'_s - sum_{t <= s < L} k_s dk'_s
+(dq' of a chunk's first row is never read). The bonus adds u k_s (v_s . do_s) to dq, the
+matching terms to dk and dv, and du = sum_s q_s k_s (v_s . do_s).
 """
 from __future__ import annotations
 
@@ -75,9 +86,9 @@ def _decay(p_g, m_k, GATE: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["T"])
-def _fwd_kernel(q, k, v, g, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexpr,
+def _fwd_kernel(q, k, v, g, u, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexpr,
                 V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
-                USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
+                READS_PREVIOUS: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
     """o [B, T, H, V] in o's dtype; ht [B, H, K, V] float32 when STORE_HT."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -93,6 +104,8 @@ def _fwd_kernel(q, k, v, g, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexp
     p_o = o + (i_b * T * H + i_h) * V + o_v
     if GATE != 0:
         p_g = _gate_ptr(g, i_b * T * H + i_h, K, o_k, GATE)
+    if READS_PREVIOUS:
+        b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     b_h = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_H0:
         b_h += tl.load(h0 + o_kv, mask=m_kv, other=0).to(tl.float32)
@@ -100,11 +113,15 @@ def _fwd_kernel(q, k, v, g, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexp
         b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
         b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
         b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+        b_kv = b_k[:, None] * b_v[None, :]
+        if READS_PREVIOUS:
+            b_o = tl.sum(b_q[:, None] * (b_h + b_u[:, None] * b_kv), axis=0)
         if GATE != 0:
             b_h = b_h * _decay(p_g, m_k, GATE)
             p_g += _gate_stride(H, K, GATE)
-        b_h += b_k[:, None] * b_v[None, :]
-        b_o = tl.sum(b_q[:, None] * b_h, axis=0)
+        b_h += b_kv
+        if not READS_PREVIOUS:
+            b_o = tl.sum(b_q[:, None] * b_h, axis=0)
         tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
         p_q += H * K
         p_k += H * K
@@ -115,13 +132,15 @@ def _fwd_kernel(q, k, v, g, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexp
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
-def _bwd_dq_kernel(k, v, g, h0, do, dq, dqs, states, scale, T, NT, B,
+def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                   BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, USE_H0: tl.constexpr,
-                   NEED_DG: tl.constexpr):
-    """Forward in time. Per V-block partials [NV, B, T, H, K] float32 of dq = scale S_t do_t and,
-    when NEED_DG, dq' = scale (exp(g_t) S_{t-1}) do_t; states [B, H, NT, K, V] float32: the state
-    leaving each chunk less the chunk's last k^T v (each program writes its V columns)."""
+                   BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
+                   READS_PREVIOUS: tl.constexpr, USE_H0: tl.constexpr, NEED_DG: tl.constexpr):
+    """Forward in time. Per V-block partials [NV, B, T, H, K] float32 of dq (through the state
+    read and, with READS_PREVIOUS, the bonus) and, when NEED_DG, dq' (through the state read less
+    its last k^T v; garbage in a chunk's first row with READS_PREVIOUS, which is never read);
+    states [B, H, NT, K, V] float32: the state leaving each chunk less the chunk's last k^T v
+    (each program writes its V columns)."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = tl.arange(0, BK)
@@ -136,24 +155,32 @@ def _bwd_dq_kernel(k, v, g, h0, do, dq, dqs, states, scale, T, NT, B,
     p_dqs = dqs + ((i_v * B + i_b) * T * H + i_h) * K + o_k
     if GATE != 0:
         p_g = _gate_ptr(g, i_b * T * H + i_h, K, o_k, GATE)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # S_t
+    if READS_PREVIOUS:
+        b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # the state after the previous token
     if USE_H0:
         b_h += tl.load(h0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0)
-    b_hd = b_h  # exp(g_t) S_{t-1}: S_t less k_t^T v_t
+    b_hd = b_h  # the same less that token's k^T v (a stand-in before the first token)
     for i_c in range(NT):
         for _ in range(tl.minimum(T - i_c * BT, BT)):
             b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
             b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
             b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32) * scale
+            if READS_PREVIOUS:
+                b_dq = tl.sum(b_h * b_do[None, :], axis=1) + b_u * b_k * tl.sum(b_v * b_do, axis=0)
+                b_dqs = tl.sum(b_hd * b_do[None, :], axis=1)
             if GATE != 0:
                 b_hd = b_h * _decay(p_g, m_k, GATE)
                 p_g += _gate_stride(H, K, GATE)
             else:
                 b_hd = b_h
             b_h = b_hd + b_k[:, None] * b_v[None, :]
-            tl.store(p_dq, tl.sum(b_h * b_do[None, :], axis=1), mask=m_k)
+            if not READS_PREVIOUS:
+                b_dq = tl.sum(b_h * b_do[None, :], axis=1)
+                b_dqs = tl.sum(b_hd * b_do[None, :], axis=1)
+            tl.store(p_dq, b_dq, mask=m_k)
             if NEED_DG:
-                tl.store(p_dqs, tl.sum(b_hd * b_do[None, :], axis=1), mask=m_k)
+                tl.store(p_dqs, b_dqs, mask=m_k)
             p_k += H * K
             p_v += H * V
             p_do += H * V
@@ -165,13 +192,18 @@ def _bwd_dq_kernel(k, v, g, h0, do, dq, dqs, states, scale, T, NT, B,
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
-def _bwd_dkv_kernel(q, k, v, g, do, dht, states, dk, dks, dv, dh0, bound, scale, T, NT, B,
+def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound, scale, T, NT, B,
                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr, USE_DHT: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
+                    READS_PREVIOUS: tl.constexpr, USE_DHT: tl.constexpr,
                     STORE_DH0: tl.constexpr, NEED_DG: tl.constexpr):
     """Backward in time. Per V-block partials (float32): dk and, when NEED_DG, dk' [NV, B, T, H, K]
-    and boundary' [NV, B, H, NT, K] (see the module docstring); dv in dv's dtype; dh0 [B, H, K, V]
-    float32 when STORE_DH0."""
+    and boundary' [NV, B, H, NT, K]; with READS_PREVIOUS, du per chunk [NV, B, H, NT, K] (summed
+    by torch, pairwise: a serial fp32 sum over a long sequence loses ~sqrt(T) ulps); dv in dv's
+    dtype; dh0 [B, H, K, V] float32 when STORE_DH0. See the module docstring.
+
+    Two gradients are carried: dS = dL/dS_t (b_dS) and exp(g_{t+1}) dS_{t+1} (b_dh): dS_t less
+    the direct read of S_t (by q_t, or by q_{t+1} with READS_PREVIOUS), which dk' needs."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = tl.arange(0, BK)
@@ -190,36 +222,52 @@ def _bwd_dkv_kernel(q, k, v, g, do, dht, states, dk, dks, dv, dh0, bound, scale,
     p_dks = dks + (i_v * B * T * H + last) * K + o_k
     if GATE != 0:
         p_g = _gate_ptr(g, last, K, o_k, GATE)
-    # dh = exp(g_{t+1}) dS_{t+1}: the gradient reaching S_t from later tokens (dht after the last)
+    if READS_PREVIOUS:
+        b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     b_dh = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_DHT:
         b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    b_dS = b_dh
     for i in range(NT):
         i_c = NT - 1 - i
         if NEED_DG:
+            # the gradient reaching the leaving state from outside the chunk
+            if READS_PREVIOUS:
+                b_out = b_dS
+            else:
+                b_out = b_dh
             b_s = tl.load(states + (i_bh * NT + i_c) * K * V + o_kv, mask=m_kv, other=0)
             tl.store(bound + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k,
-                     tl.sum(b_s * b_dh, axis=1), mask=m_k)
-        n = tl.minimum(T - i_c * BT, BT)
-        for j in range(n):
+                     tl.sum(b_s * b_out, axis=1), mask=m_k)
+        b_duc = tl.zeros([BK], dtype=tl.float32)
+        for j in range(tl.minimum(T - i_c * BT, BT)):
             b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
             b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
             b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
             b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
+            if not READS_PREVIOUS:
+                b_dS = b_dh + b_q[:, None] * b_do[None, :]
             if NEED_DG:
                 # the chunk's last row (j = 0) keeps no dk': its path into the leaving state
                 # is left out of the boundary term as well
                 b_dks = tl.sum(b_dh * b_v[None, :], axis=1)
                 tl.store(p_dks, tl.where(j > 0, b_dks, 0.0), mask=m_k)
-            b_dS = b_dh + b_q[:, None] * b_do[None, :]
-            tl.store(p_dk, tl.sum(b_dS * b_v[None, :], axis=1), mask=m_k)
+            b_dk = tl.sum(b_dS * b_v[None, :], axis=1)
             b_dv = tl.sum(b_dS * b_k[:, None], axis=0)
+            if READS_PREVIOUS:
+                b_vdo = tl.sum(b_v * b_do, axis=0)
+                b_dk += b_q * b_u * b_vdo
+                b_dv += tl.sum(b_q * b_u * b_k, axis=0) * b_do
+                b_duc += b_q * b_k * b_vdo
+            tl.store(p_dk, b_dk, mask=m_k)
             tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_v)
             if GATE != 0:
                 b_dh = b_dS * _decay(p_g, m_k, GATE)
                 p_g -= _gate_stride(H, K, GATE)
             else:
                 b_dh = b_dS
+            if READS_PREVIOUS:
+                b_dS = b_dh + b_q[:, None] * b_do[None, :]
             p_q -= H * K
             p_k -= H * K
             p_v -= H * V
@@ -227,8 +275,13 @@ def _bwd_dkv_kernel(q, k, v, g, do, dht, states, dk, dks, dv, dh0, bound, scale,
             p_dv -= H * V
             p_dk -= H * K
             p_dks -= H * K
+        if READS_PREVIOUS:
+            tl.store(du + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k, b_duc, mask=m_k)
     if STORE_DH0:
-        tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
+        if READS_PREVIOUS:
+            tl.store(dh0 + i_bh * K * V + o_kv, b_dS, mask=m_kv)
+        else:
+            tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
 
 
 def _blocks(K, V):
@@ -248,13 +301,14 @@ def gate_mode(g) -> int:
 class FusedRecurrentFunction(torch.autograd.Function):
     """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad.
 
-    g may be None (no decay; its gradient is None), [B, T, H] or [B, T, H, K].
+    g may be None (no decay; its gradient is None), [B, T, H] or [B, T, H, K]; u ([H, K], or None)
+    selects the rwkv6 form, whose output reads the previous state plus the bonus.
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
+    def forward(ctx, q, k, v, g, u, scale, initial_state, output_final_state):
         q, k, v = (x.contiguous() for x in (q, k, v))
-        g = None if g is None else g.contiguous()
+        g, u = (None if x is None else x.contiguous() for x in (g, u))
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -263,9 +317,10 @@ class FusedRecurrentFunction(torch.autograd.Function):
         o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
         ht = torch.empty(B, H, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
         _fwd_kernel[(NV, B * H)](
-            q, k, v, g, h0, o, ht, scale, T, H=H, K=K, V=V, BK=BK, BV=BV, GATE=gate,
-            USE_H0=h0 is not None, STORE_HT=output_final_state, num_warps=num_warps)
-        ctx.save_for_backward(q, k, v, g, h0)
+            q, k, v, g, u, h0, o, ht, scale, T, H=H, K=K, V=V, BK=BK, BV=BV, GATE=gate,
+            READS_PREVIOUS=u is not None, USE_H0=h0 is not None, STORE_HT=output_final_state,
+            num_warps=num_warps)
+        ctx.save_for_backward(q, k, v, g, u, h0)
         ctx.scale = scale
         ctx.gate = gate
         ctx.h0_dtype = None if initial_state is None else initial_state.dtype
@@ -274,55 +329,60 @@ class FusedRecurrentFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, h0 = ctx.saved_tensors
-        need_q, need_k, need_v, need_g, _, need_h0, _ = ctx.needs_input_grad
+        q, k, v, g, u, h0 = ctx.saved_tensors
+        need_q, need_k, need_v, need_g, need_u, _, need_h0, _ = ctx.needs_input_grad
         need_g = need_g and g is not None
+        reads_previous = u is not None
         scale, gate = ctx.scale, ctx.gate
         B, T, H, K = q.shape
         V = v.shape[-1]
         BK, BV, NV, num_warps = _blocks(K, V)
         NT = triton.cdiv(T, CHUNK)
         f32 = dict(dtype=torch.float32, device=q.device)
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, READS_PREVIOUS=reads_previous,
+                     NEED_DG=need_g, num_warps=num_warps)
         do = torch.zeros_like(v) if do is None else do.contiguous()
         dht = None if dht is None else dht.to(torch.float32).contiguous()
-        dq = dqs = dk = dks = dv = dh0 = dg = None
+        dq = dqs = dk = dks = dv = du = dh0 = dg = None
 
         states = torch.empty(B, H, NT, K, V, **f32) if need_g else None
         if need_q or need_g:
             dq = torch.empty(NV, B, T, H, K, **f32)
             dqs = torch.empty(NV, B, T, H, K, **f32) if need_g else dq  # dq: a never-written stand-in
-            _bwd_dq_kernel[(NV, B * H)](
-                k, v, g, h0, do, dq, dqs, states, scale, T, NT, B, H=H, K=K, V=V, BT=CHUNK,
-                BK=BK, BV=BV, GATE=gate, USE_H0=h0 is not None, NEED_DG=need_g, num_warps=num_warps)
-        if need_k or need_v or need_g or need_h0:
+            _bwd_dq_kernel[(NV, B * H)](k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
+                                        USE_H0=h0 is not None, **modes)
+        if need_k or need_v or need_g or need_u or need_h0:
             dk = torch.empty(NV, B, T, H, K, **f32)
             dks = torch.empty(NV, B, T, H, K, **f32) if need_g else dk  # dk: a never-written stand-in
             dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+            du = torch.empty(NV, B, H, NT, K, **f32) if reads_previous else None
             dh0 = torch.empty(B, H, K, V, **f32) if need_h0 else None
             bound = torch.empty(NV, B, H, NT, K, **f32) if need_g else None
-            _bwd_dkv_kernel[(NV, B * H)](
-                q, k, v, g, do, dht, states, dk, dks, dv, dh0, bound, scale, T, NT, B,
-                H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, USE_DHT=dht is not None,
-                STORE_DH0=need_h0, NEED_DG=need_g, num_warps=num_warps)
+            _bwd_dkv_kernel[(NV, B * H)](q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
+                                         scale, T, NT, B, USE_DHT=dht is not None,
+                                         STORE_DH0=need_h0, **modes)
             if need_g:
-                if gate == GATE_CHANNEL:
-                    dg = chunk_gate_grad(q, dqs.sum(0), k, dks.sum(0), bound.sum(0), CHUNK,
-                                         q_reads_current=True, out_dtype=store_dtype(g.dtype)).to(g.dtype)
-                else:
-                    dg = chunk_gate_grad(q, dqs.sum(0), k, dks.sum(0), bound.sum(0), CHUNK,
-                                         q_reads_current=True, out_dtype=torch.float32).sum(-1).to(g.dtype)
+                per_channel = gate == GATE_CHANNEL
+                dg = chunk_gate_grad(q, dqs.sum(0), k, dks.sum(0), bound.sum(0), CHUNK,
+                                     q_reads_current=not reads_previous,
+                                     out_dtype=store_dtype(g.dtype) if per_channel else torch.float32)
+                dg = (dg if per_channel else dg.sum(-1)).to(g.dtype)
         return (
             dq.sum(0).to(q.dtype) if need_q else None,
             dk.sum(0).to(k.dtype) if need_k else None,
             dv.to(v.dtype) if need_v else None,
             dg,
+            du.sum((0, 1, 3)).to(u.dtype) if need_u else None,
             None,
             dh0.to(ctx.h0_dtype) if need_h0 else None,
             None,
         )
 
 
-def fused_recurrent(q, k, v, g, scale, initial_state, output_final_state):
-    """The shared launcher; the public functions check their arguments and call this."""
+def fused_recurrent(q, k, v, g, scale, initial_state, output_final_state, u=None):
+    """The shared launcher; the public functions check their arguments and call this.
+
+    With u (rwkv6's bonus, [H, K]) o_t = scale q_t (S_{t-1} + diag(u) k_t^T v_t); else o_t = scale q_t S_t.
+    """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return FusedRecurrentFunction.apply(q, k, v, g, scale, initial_state, bool(output_final_state))
+    return FusedRecurrentFunction.apply(q, k, v, g, u, scale, initial_state, bool(output_final_state))

@@ -46,7 +46,7 @@ from fla_kernels.ops.common.chunk_gated import TL_DTYPES, diag_block_scores
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
-from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
@@ -95,7 +95,8 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
         store_rows(o, b_o * scale, base_o, c0, T, H, V, BT, BV, i_v)
         # the last token's own k^T v is added after the loop (see the backward's boundary term)
         b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
-        b_h = b_h * exp_nonpos(b_tot)[:, None] + mma(tl.trans(b_kd), b_v, FP32_DOT, OPERAND_DTYPE)
+        b_h = add_rounded(b_h * exp_nonpos(b_tot)[:, None],
+                          mma(tl.trans(b_kd), b_v, FP32_DOT, OPERAND_DTYPE))
     if STORE_HT:
         b_kl = load_row(k, base_k, T - 1, T, H, K, BK, i_k)
         b_vl = load_row(v, base_v, T - 1, T, H, V, BV, i_v)
@@ -148,7 +149,8 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
         store_rows(dqs, b_dq, base_p, c0, T, H, K, BT, BK, i_k)
         store_rows(dq, b_dq + b_diag[:, None] * b_k, base_p, c0, T, H, K, BT, BK, i_k)
         b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
-        b_ht = b_ht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
+        b_ht = add_rounded(b_ht * exp_nonpos(b_tot)[None, :],
+                           mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE))
         if ((i_c + 1) % STEPS == 0) & (i_c + 1 < NT):
             store_state(states, i_bh * (NB - 1) + (i_c + 1) // STEPS - 1, b_ht, K, V, BK, BV,
                         i_k, i_v, True)
@@ -219,8 +221,10 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
         store_rows(dk, b_dk + b_diag[:, None] * b_q + b_dk_final, base_pk, c0, T, H, K, BT, BK, i_k)
 
         b_qg = b_q * (scale * exp_nonpos(b_p))
-        b_dh = b_dh * exp_nonpos(b_tot)[:, None] + mma(tl.trans(b_qg), b_do, FP32_DOT, OPERAND_DTYPE)
-        b_dht = b_dht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_do), b_qg, FP32_DOT, OPERAND_DTYPE)
+        b_dh = add_rounded(b_dh * exp_nonpos(b_tot)[:, None],
+                           mma(tl.trans(b_qg), b_do, FP32_DOT, OPERAND_DTYPE))
+        b_dht = add_rounded(b_dht * exp_nonpos(b_tot)[None, :],
+                            mma(tl.trans(b_do), b_qg, FP32_DOT, OPERAND_DTYPE))
     if STORE_DH0:
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, i_k, i_v, False)
 

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import block_size
-from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
 from fla_kernels.ops.simple_gla.chunk import TL_DTYPES, prepare
 from fla_kernels.utils import dots_in_fp32, store_dtype
@@ -78,7 +78,7 @@ def _fwd_kernel(q, k, v, h0, o, ht, scale, T, NT, B, H: tl.constexpr, K: tl.cons
         b_A = tl.where(causal, mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE), 0.0)
         b_o = mma(b_q, b_h, FP32_DOT, OPERAND_DTYPE) + mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
         store_rows(o, b_o * scale, base_o, c0, T, H, V, BT, BV, i_v)
-        b_h += mma(b_kt, b_v, FP32_DOT, OPERAND_DTYPE)
+        b_h = add_rounded(b_h, mma(b_kt, b_v, FP32_DOT, OPERAND_DTYPE))
     if STORE_HT:
         tl.store(ht + o_s, b_h, mask=m_s)
 
@@ -112,7 +112,7 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
         b_dAt = tl.where(lower_t, mma(b_v, b_dot, FP32_DOT, OPERAND_DTYPE), 0.0)  # [j, i] = v_j . do_i
         b_dqt = mma(b_h, b_dot, FP32_DOT, OPERAND_DTYPE) + mma(b_kt, b_dAt, FP32_DOT, OPERAND_DTYPE)
         _store_rows_t(dq, b_dqt * scale, base_dk, c0, T, H, K, BT, BK, i_k)
-        b_h += mma(b_kt, b_v, FP32_DOT, OPERAND_DTYPE)
+        b_h = add_rounded(b_h, mma(b_kt, b_v, FP32_DOT, OPERAND_DTYPE))
 
     # backward through the chunks with dh = dL/d(state leaving the chunk)
     lower = o_i[:, None] >= o_i[None, :]    # [i, j]: i >= j
@@ -131,7 +131,7 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
         b_dv = mma(b_k, b_dh, FP32_DOT, OPERAND_DTYPE) + mma(b_At, b_do, FP32_DOT, OPERAND_DTYPE)
         _store_rows_t(dk, b_dkt, base_dk, c0, T, H, K, BT, BK, i_k)
         store_rows(dv, b_dv, base_dv, c0, T, H, V, BT, BV, i_v)
-        b_dh += mma(b_qt, b_do, FP32_DOT, OPERAND_DTYPE)
+        b_dh = add_rounded(b_dh, mma(b_qt, b_do, FP32_DOT, OPERAND_DTYPE))
     if STORE_DH0:
         tl.store(dh0 + o_s, b_dh, mask=m_s)
 
