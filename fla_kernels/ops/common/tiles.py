@@ -54,9 +54,9 @@ def store_rows(x, val, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.con
 
 
 @triton.jit
-def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-               i_k, i_v, TRANSPOSED: tl.constexpr):
-    """[BK, BV] float32 block (or [BV, BK] with TRANSPOSED) of the [K, V] matrix number `index`."""
+def _state_block(index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                 i_k, i_v, TRANSPOSED: tl.constexpr):
+    """(offsets, mask) of a [BK, BV] block (or [BV, BK] with TRANSPOSED) of [K, V] matrix `index`."""
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     if TRANSPOSED:
@@ -65,19 +65,20 @@ def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV:
     else:
         offs = o_k[:, None] * V + o_v[None, :]
         mask = (o_k[:, None] < K) & (o_v[None, :] < V)
-    return tl.load(s + index.to(tl.int64) * (K * V) + offs, mask=mask, other=0).to(tl.float32)
+    return index.to(tl.int64) * (K * V) + offs, mask
+
+
+@triton.jit
+def load_state(s, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+               i_k, i_v, TRANSPOSED: tl.constexpr):
+    """[BK, BV] float32 block (or [BV, BK] with TRANSPOSED) of the [K, V] matrix number `index`."""
+    offs, mask = _state_block(index, K, V, BK, BV, i_k, i_v, TRANSPOSED)
+    return tl.load(s + offs, mask=mask, other=0).to(tl.float32)
 
 
 @triton.jit
 def store_state(s, index, val, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
                 BV: tl.constexpr, i_k, i_v, TRANSPOSED: tl.constexpr):
     """Store a [BK, BV] block (or [BV, BK] with TRANSPOSED) into the [K, V] matrix number `index`."""
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    if TRANSPOSED:
-        offs = o_k[None, :] * V + o_v[:, None]
-        mask = (o_k[None, :] < K) & (o_v[:, None] < V)
-    else:
-        offs = o_k[:, None] * V + o_v[None, :]
-        mask = (o_k[:, None] < K) & (o_v[None, :] < V)
-    tl.store(s + index.to(tl.int64) * (K * V) + offs, val.to(s.dtype.element_ty), mask=mask)
+    offs, mask = _state_block(index, K, V, BK, BV, i_k, i_v, TRANSPOSED)
+    tl.store(s + offs, val.to(s.dtype.element_ty), mask=mask)
