@@ -55,6 +55,11 @@ PRESETS = {
         "KV": [(64, 64), (64, 16), (128, 128), (60, 60)],
         "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [16, 64],
     },
+    "long": {
+        "description": "long sequences (golden from the chunked float64 form)",
+        "B": [1], "T": [16384, 43884, 65536], "H": [1], "KV": [(64, 64)],
+        "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [64],
+    },
     "smoke": {
         "description": "one tiny case, to see that everything runs",
         "B": [1], "T": [17], "H": [1], "KV": [(16, 16)], "h0": ["grad"], "gate": ["normal"], "M": [16],

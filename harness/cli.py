@@ -11,8 +11,9 @@ from pathlib import Path
 
 from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, default_preset, expand
 from harness.environment import new_run_id
+from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op
-from harness.runner import implementations
+from harness.runner import EXTRA_CHECKS, implementations
 
 
 class UsageError(Exception):
@@ -49,9 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--h0", type=_csv(str), help=f"initial state: {', '.join(H0_OPTIONS)}")
     sweep.add_argument("--gate", type=_csv(str), help=f"gate strength: {', '.join(GATES)}")
     sweep.add_argument("--seed", type=int, default=0)
+    sweep.add_argument("--checks", type=_csv(str), default=list(EXTRA_CHECKS),
+                       help=f"checks beyond the golden: {','.join(EXTRA_CHECKS)} (default), or none")
     sweep.add_argument("--impl", action="append", default=[], metavar="VARIANT=module:function",
                        help="run an external implementation in place of our VARIANT (repeatable)")
     sweep.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
+    sweep.add_argument("--golden-cache", type=Path, default=None,
+                       help="folder of stored goldens (default $HARNESS_GOLDEN_CACHE or "
+                            "~/.cache/fla-harness/goldens)")
+    sweep.add_argument("--no-golden-cache", action="store_true", help="compute every golden afresh")
     sweep.add_argument("--resume", action="store_true", help="skip cases already in --out's results.csv")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     sub.add_parser("list", help="show ops, variants and presets")
@@ -90,6 +97,8 @@ def plan_sweep(args):
     for axis in ("B", "T", "H", "K", "V", "M"):
         if any(v < 1 for v in getattr(args, axis) or []):
             raise UsageError(f"--{axis} values must be positive integers")
+    if args.checks != ["none"]:
+        _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
     external = _parse_impls(args.impl, specs)
     overrides = {"B": args.B, "T": args.T, "H": args.H, "h0": args.h0, "gate": args.gate, "M": args.M}
     if args.K or args.V:
@@ -126,11 +135,17 @@ def cmd_sweep(args) -> int:
     run_id = new_run_id(label)
     out = args.out or Path("results") / run_id
     print(f"run {run_id}: {len(plan)} cases ({preset} preset) -> {out}", flush=True)
-    outcome = run_sweep(plan, out, run_id, resume=args.resume, progress=not args.quiet)
+    checks = () if args.checks == ["none"] else tuple(args.checks)
+    cache = None if args.no_golden_cache else GoldenCache(args.golden_cache or default_dir())
+    outcome = run_sweep(plan, out, run_id, resume=args.resume, progress=not args.quiet, checks=checks,
+                        cache=cache)
     df = read_results([outcome.csv_path])
     print(render_terminal(df))
+    stored = ("" if cache is None else
+              f"; goldens from {cache.directory}: {cache.hits} stored, {cache.misses} computed")
     print(f"wall time {outcome.wall_s:.1f} s; {outcome.cases_run} cases run, {outcome.cases_skipped} "
-          f"resumed; csv {outcome.csv_path}; html {outcome.html_path}; markdown {outcome.markdown_path}")
+          f"resumed{stored}; csv {outcome.csv_path}; html {outcome.html_path}; "
+          f"markdown {outcome.markdown_path}")
     bad = df["verdict"].isin(["FAIL", "ERROR"]).any()
     return 1 if bad else 0
 

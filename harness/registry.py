@@ -15,6 +15,7 @@ class InputSpec:
     name: str
     shape: tuple          # symbols among "B", "T", "H", "K", "V", "M"
     kind: str = "randn"   # "randn" or "gate" (log gate: logsigmoid(randn) / normaliser)
+    optional: bool = False  # the op also accepts None here (its gradient is then None)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ LINEAR_ATTN = OpSpec(
 
 SIMPLE_GLA = OpSpec(
     name="simple_gla",
-    inputs=QKV + (InputSpec("g", ("B", "T", "H"), kind="gate"),),
+    inputs=QKV + (InputSpec("g", ("B", "T", "H"), kind="gate", optional=True),),
     variants={
         "chunk": "fla_kernels.ops.simple_gla:chunk_simple_gla",
         "fused_recurrent": "fla_kernels.ops.simple_gla:fused_recurrent_simple_gla",

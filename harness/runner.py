@@ -11,6 +11,8 @@ from typing import Callable
 import torch
 
 from harness.cases import DTYPES, Case
+from harness.checks import (bitwise_equal, describe_difference, nan_filled_allocations,
+                            segment_bounds)
 from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_to_golden, compare_variants
 from harness.registry import OpSpec, load_function
@@ -18,6 +20,7 @@ from harness.tolerance import tolerance_for
 
 
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+EXTRA_CHECKS = ("inputs", "determinism", "segments", "options")  # run_case's checks beyond the golden
 
 
 @dataclass(frozen=True)
@@ -39,35 +42,63 @@ def implementations(spec: OpSpec, variants, external: dict) -> list[Implementati
     return result
 
 
-def execute(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None) -> dict:
-    """Forward and backward with the shared upstream gradients; returns every output and gradient.
+@dataclass
+class Execution:
+    """What one forward and backward of an implementation gave."""
+    result: dict   # tensor name ("o", "ht", "dq", "dh0", ...) -> output or gradient (None if absent)
+    given: dict    # input name -> (the tensor the implementation received, the original it copies)
+
+
+def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None,
+                       segments=None, final_state="grad", without=()) -> Execution:
+    """Forward and backward with the shared upstream gradients.
 
     Inputs are cloned first (optionally cast to `to_dtype`), so no implementation sees another's
-    tensors. An op with one state takes and returns it as a tensor, with several as tuples.
+    tensors; `given` keeps the copies to check afterwards that none was written to. An op with one
+    state takes and returns it as a tensor, with several as tuples. With `segments` ([(t0, t1)...])
+    the forward runs once per segment of T, each taking the previous one's final state, and the
+    backward runs through the whole chain. final_state: "grad" (returned, its upstream gradient in
+    the loss), "unused" (returned, not in the loss) or "off" (output_final_state=False); the
+    inputs named in `without` are passed as None.
     """
     def leaf(x, grad=True):
         x = x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
         return x.requires_grad_(grad)
 
-    def cast(x):
-        return x if to_dtype is None else x.to(to_dtype)
+    def upstream(x):
+        return x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
 
     single = len(spec.states) == 1
-    leaves = {name: leaf(x) for name, x in inputs.tensors.items()}
+    leaves = {name: leaf(x) for name, x in inputs.tensors.items() if name not in without}
+    given = {name: (x, inputs.tensors[name]) for name, x in leaves.items()}
     h0 = None
     if inputs.initial_states is not None:
         h0 = tuple(leaf(x, grad=case.h0 == "grad") for x in inputs.initial_states)
-    o, finals = fn(*leaves.values(), scale=inputs.scale, initial_state=h0[0] if single and h0 else h0,
-                   output_final_state=True)
-    if single:
-        finals = (finals,)
-    elif finals is None:
+        given.update({f"initial {s.name}": (x, orig) for s, x, orig in
+                      zip(spec.states, h0, inputs.initial_states)})
+    sequence = {s.name for s in spec.inputs if tuple(s.shape[:2]) == ("B", "T")}
+    pieces, finals = [], h0
+    for t0, t1 in segments or [(0, case.T)]:
+        args = [leaves.get(name) for name in inputs.tensors]
+        args = [x[:, t0:t1] if name in sequence and x is not None else x
+                for name, x in zip(inputs.tensors, args)]
+        state = None if finals is None else (finals[0] if single else finals)
+        o, finals = fn(*args, scale=inputs.scale, initial_state=state,
+                       output_final_state=final_state != "off" or t1 < case.T)
+        pieces.append(o)
+        finals = (finals,) if single else finals
+    o = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+    if finals is None:
         finals = (None,) * len(spec.states)
-    outputs, grads = [o], [cast(inputs.do)]
-    for final, dht in zip(finals, inputs.dhts):
-        if final is not None:
+    do = upstream(inputs.do)
+    dhts = tuple(upstream(x) for x in inputs.dhts)
+    given["the upstream gradient of o"] = (do, inputs.do)
+    outputs, grads = [o], [do]
+    for s, final, dht, orig in zip(spec.states, finals, dhts, inputs.dhts):
+        given[f"the upstream gradient of {s.name}t"] = (dht, orig)
+        if final is not None and final_state == "grad":
             outputs.append(final)
-            grads.append(cast(dht))
+            grads.append(dht)
     torch.autograd.backward(outputs, grads)
     result = {"o": o.detach()}
     for name, final in zip(spec.final_state_names(), finals):
@@ -77,19 +108,40 @@ def execute(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None) -> 
     if case.h0 == "grad":
         for name, x in zip(spec.initial_state_grad_names(), h0):
             result[name] = x.grad
-    return result
+    return Execution(result, given)
 
 
-def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs) -> tuple[dict, dict]:
-    """The float64 golden (loop for short T, chunked form beyond) and the same-dtype baseline."""
+def execute(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None, **options) -> dict:
+    """Every output and gradient of one forward and backward (see run_implementation)."""
+    return run_implementation(fn, spec, case, inputs, to_dtype, **options).result
+
+
+def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None,
+                        **options) -> tuple[dict, dict]:
+    """The float64 golden (loop for short T, chunked form beyond) and the same-dtype baseline,
+    taken from `cache` (a GoldenCache) when it has them, and stored there when computed."""
+    if cache is not None:
+        found = cache.get(spec, case, options, inputs.do.device)
+        if found is not None:
+            return found
     loop = load_function(spec.reference_loop)
     chunked = load_function(spec.reference_chunked)
     golden_fn = loop if case.T <= spec.loop_max_T else chunked
-    golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64)
+    golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64, **options)
     baseline_fn = functools.partial(chunked, operand_dtype=case.torch_dtype,
                                     chunk_size=spec.baseline_chunk_size)
-    baseline = execute(baseline_fn, spec, case, inputs)
+    baseline = execute(baseline_fn, spec, case, inputs, **options)
+    if cache is not None:
+        cache.put(spec, case, options, golden, baseline)
     return golden, baseline
+
+
+def option_settings(spec: OpSpec) -> list[tuple[str, dict]]:
+    """(label, run_implementation options) of the optional-argument combinations beyond the case's:
+    no final state, a final state left out of the loss, and each optional input passed as None."""
+    settings = [("no final state", {"final_state": "off"}),
+                ("final state not in the loss", {"final_state": "unused"})]
+    return settings + [(f"{s.name}=None", {"without": (s.name,)}) for s in spec.inputs if s.optional]
 
 
 def expected_tensors(spec: OpSpec, case: Case) -> list[str]:
@@ -112,37 +164,63 @@ def _seq_layout(spec: OpSpec, tensor: str) -> bool:
     return shapes.get(tensor, ())[:3] == ("B", "T", "H")
 
 
-def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device) -> list[dict]:
-    """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops."""
+def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
+             checks=EXTRA_CHECKS, cache=None) -> list[dict]:
+    """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops.
+
+    Per implementation: one "golden" row per tensor, then those of `checks`: "inputs",
+    "determinism", "segments" (harness/checks.py) and, for T <= the op's loop_max_T (their goldens
+    are extra float64 runs), "options"; per pair of variants, "agreement" rows. `cache`: a
+    GoldenCache for the goldens and baselines, or None.
+    """
     rows = []
     try:
         inputs = make_inputs(spec, case, device)
-        golden, baseline = golden_and_baseline(spec, case, inputs)
+        golden, baseline = golden_and_baseline(spec, case, inputs, cache)
     except Exception as exc:  # the references failing is reported, not fatal
         return [_run_row(case, impl, "ERROR", f"golden or baseline failed: {_describe(exc)}")
                 for impl in impls]
     names = expected_tensors(spec, case)
     dtypes = contract_dtypes(spec, case, inputs)
+    tolerances = {name: tolerance_for(case.op, name, case.dtype, case.T, DTYPE_NAMES[dtypes[name]])
+                  for name in names}
+
+    def against_golden(out, name, references=(golden, baseline)):
+        gold, base = references
+        return compare_to_golden(out.get(name), gold[name], base[name], tolerances[name],
+                                 _seq_layout(spec, name), dtypes[name])
+
+    option_references = {}
+
+    def references_for(label, options):
+        if label not in option_references:
+            option_references[label] = golden_and_baseline(spec, case, inputs, cache, **options)
+        return option_references[label]
+
     results, bounds = {}, {}
     for impl in impls:
         start = time.perf_counter()
         try:
-            out = execute(impl.fn, spec, case, inputs)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            run = _timed_run(impl.fn, spec, case, inputs, device)
         except Exception as exc:
             rows.append(_run_row(case, impl, "ERROR", _describe(exc)))
             _release(device)
             continue
         wall = time.perf_counter() - start
-        results[impl.variant] = out
+        results[impl.variant] = run.result
         for name in names:
-            tol = tolerance_for(case.op, name, case.dtype, case.T, DTYPE_NAMES[dtypes[name]])
-            metrics = compare_to_golden(out.get(name), golden[name], baseline[name], tol,
-                                        _seq_layout(spec, name), dtypes[name])
+            metrics = against_golden(run.result, name)
             bounds[(impl.variant, name)] = metrics.get("bound", math.nan)
-            rows.append({**_case_fields(case), "variant": impl.variant, "impl": impl.impl,
-                         "check": "golden", "tensor": name, "wall_s": wall, **metrics})
+            rows.append(_row(case, impl, "golden", name, wall_s=wall, **metrics))
+        if "inputs" in checks:
+            rows.append(_inputs_row(case, impl, run))
+        if "determinism" in checks:
+            rows.append(_determinism_row(spec, case, impl, inputs, device, run.result, names))
+        if "segments" in checks:
+            rows.extend(_segment_rows(spec, case, impl, inputs, device, names, against_golden))
+        if "options" in checks and case.T <= spec.loop_max_T:
+            rows.extend(_option_rows(spec, case, impl, inputs, device, names, against_golden,
+                                     references_for))
     for a, b in itertools.combinations([i for i in impls if i.variant in results], 2):
         for name in names:
             bound = bounds[(a.variant, name)] + bounds[(b.variant, name)]
@@ -154,13 +232,98 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device) -> l
     return rows
 
 
+def _timed_run(fn, spec, case, inputs, device, **options) -> Execution:
+    """run_implementation with unwritten kernel memory poisoned, synchronised on a GPU."""
+    with nan_filled_allocations():
+        run = run_implementation(fn, spec, case, inputs, **options)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return run
+
+
+def _inputs_row(case: Case, impl: Implementation, run: Execution) -> dict:
+    """FAIL naming the first input (or initial state, or upstream gradient) the run wrote into."""
+    for name, (got, original) in run.given.items():
+        if not bitwise_equal(got, original):
+            return _row(case, impl, "inputs", name, verdict="FAIL",
+                        message=f"the kernel wrote into its input {name} "
+                                f"({describe_difference(got, original)} changed)")
+    return _row(case, impl, "inputs", "", verdict="PASS", message="")
+
+
+def _determinism_row(spec, case, impl, inputs, device, first: dict, names) -> dict:
+    """The same case run again must give bitwise the same outputs and gradients."""
+    try:
+        second = _timed_run(impl.fn, spec, case, inputs, device).result
+    except Exception as exc:
+        return _row(case, impl, "determinism", "", verdict="ERROR",
+                    message=f"the second identical run raised: {_describe(exc)}")
+    for name in names:
+        a, b = first.get(name), second.get(name)
+        if (a is None) != (b is None) or (a is not None and not bitwise_equal(a, b)):
+            detail = "present in one run only" if a is None or b is None else describe_difference(a, b)
+            return _row(case, impl, "determinism", name, verdict="FAIL",
+                        message=f"{name} differs between two identical runs: {detail}")
+    return _row(case, impl, "determinism", "", verdict="PASS", message="")
+
+
+def _segment_rows(spec, case, impl, inputs, device, names, against_golden) -> list[dict]:
+    """T split in segments, each taking the previous final state: every tensor against the golden."""
+    segments = segment_bounds(case.T)
+    if not segments:
+        return []
+    where = "over segments " + " ".join(f"[{a},{b})" for a, b in segments)
+    try:
+        out = _timed_run(impl.fn, spec, case, inputs, device, segments=segments).result
+    except Exception as exc:
+        return [_row(case, impl, "segments", "", verdict="ERROR", message=f"{where}: {_describe(exc)}")]
+    rows = []
+    for name in names:
+        metrics = against_golden(out, name)
+        if metrics.get("message"):
+            metrics["message"] = f"{where}: {metrics['message']}"
+        rows.append(_row(case, impl, "segments", name, **metrics))
+    return rows
+
+
+def _option_rows(spec, case, impl, inputs, device, names, against_golden, references_for) -> list[dict]:
+    """Each optional-argument combination against its own golden; tensors it has no golden for
+    (the final state when it is not returned, the gradient of an input passed as None) are skipped."""
+    rows = []
+    for label, options in option_settings(spec):
+        try:
+            references = references_for(label, options)
+        except Exception as exc:
+            rows.append(_row(case, impl, "options", "", verdict="ERROR",
+                             message=f"with {label}: golden or baseline failed: {_describe(exc)}"))
+            continue
+        try:
+            out = _timed_run(impl.fn, spec, case, inputs, device, **options).result
+        except Exception as exc:
+            rows.append(_row(case, impl, "options", "", verdict="ERROR",
+                             message=f"with {label}: {_describe(exc)}"))
+            continue
+        for name in names:
+            if references[0].get(name) is None:
+                continue
+            metrics = against_golden(out, name, references)
+            if metrics.get("message"):
+                metrics["message"] = f"with {label}: {metrics['message']}"
+            rows.append(_row(case, impl, "options", f"{name} ({label})", **metrics))
+    return rows
+
+
+def _row(case: Case, impl: Implementation, check: str, tensor: str, **fields) -> dict:
+    return {**_case_fields(case), "variant": impl.variant, "impl": impl.impl, "check": check,
+            "tensor": tensor, **fields}
+
+
 def _case_fields(case: Case) -> dict:
     return {"case_id": case.case_id, **case.as_dict()}
 
 
 def _run_row(case: Case, impl: Implementation, verdict: str, message: str) -> dict:
-    return {**_case_fields(case), "variant": impl.variant, "impl": impl.impl, "check": "run",
-            "tensor": "", "verdict": verdict, "message": message}
+    return _row(case, impl, "run", "", verdict=verdict, message=message)
 
 
 def _describe(exc: BaseException) -> str:

@@ -10,6 +10,9 @@ COLUMNS = [
 
 # `check` values: "golden" compares a tensor with the float64 reference; "agreement" compares one
 # variant with another of the same op (impl names both, e.g. "chunk~fused_recurrent"); "run" is the
-# row of a case that raised (ERROR) or was skipped (SKIP), with an empty tensor.
-CHECKS = ("golden", "agreement", "run")
+# row of a case that raised (ERROR) or was skipped (SKIP), with an empty tensor. "inputs" fails when
+# the implementation wrote into an input (tensor names it); "determinism" when a second identical run
+# differs bitwise (tensor names the first that did); "segments" compares each tensor of a run split
+# into segments along T, chaining the final states, with the golden.
+CHECKS = ("golden", "agreement", "run", "inputs", "determinism", "segments")
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")

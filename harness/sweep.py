@@ -11,7 +11,7 @@ from harness.cases import Case
 from harness.environment import device, run_fields
 from harness.registry import OpSpec
 from harness.results import ResultWriter, finished_cases
-from harness.runner import Implementation, run_case
+from harness.runner import EXTRA_CHECKS, Implementation, run_case
 
 
 @dataclass
@@ -25,8 +25,10 @@ class SweepOutcome:
 
 
 def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Path, run_id: str,
-              resume: bool = False, progress: bool = True) -> SweepOutcome:
-    """Run the planned cases in order; rows reach the CSV as each case finishes."""
+              resume: bool = False, progress: bool = True, checks=EXTRA_CHECKS,
+              cache=None) -> SweepOutcome:
+    """Run the planned cases in order; rows reach the CSV as each case finishes. `cache`: a
+    GoldenCache, or None to compute every golden."""
     out_dir = Path(out_dir)
     csv_path = out_dir / "results.csv"
     done, previous_id = finished_cases(csv_path) if resume else (set(), None)
@@ -44,7 +46,7 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
             if case.case_id in done:
                 skipped += 1
                 continue
-            rows = run_case(spec, case, impls, dev)
+            rows = run_case(spec, case, impls, dev, checks, cache)
             failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
             writer.write([{**shared, **r} for r in rows])
             ran += 1

@@ -198,6 +198,14 @@ def run_meta(df: pd.DataFrame, meta: dict | None = None) -> dict:
     return out
 
 
+def tensor_group(df: pd.DataFrame) -> pd.Series:
+    """The tensor a row speaks of, for the summary tables: "dk (no final state)" counts as dk; the
+    checks about a whole run ("inputs", "determinism") are their own group."""
+    whole_run = df["check"].isin(["inputs", "determinism"])
+    base = df["tensor"].fillna("").astype(str).str.replace(r" \(.*\)$", "", regex=True)
+    return base.where(~whole_run, df["check"])
+
+
 def summarize(df: pd.DataFrame) -> dict:
     """Counts and worst-case tables of a results frame.
 
@@ -208,7 +216,7 @@ def summarize(df: pd.DataFrame) -> dict:
     """
     df = coerce_results(df)
     counts = verdict_counts(df)
-    df = df.assign(subject=subject(df))
+    df = df.assign(subject=subject(df), tensor=tensor_group(df))
     return {
         "total": int(len(df)),
         "counts": counts,

@@ -35,8 +35,10 @@ def render_terminal(df: pd.DataFrame, max_failures: int = 10, width: int = 160) 
         lines.append("worst err/bound per tensor:")
         for r in w.itertuples(index=False):
             flag = f"  {r.fails} FAIL" if r.fails else ""
-            where = f"{r.subject} {r.check} T={fmt_num(r.T)} case {r.case_id}"
-            line = f"  {r.tensor or '-':<6} {fmt_num(r.ratio):>8}{flag}  ({where})"
+            check = "" if "[" in str(r.subject) else f" {r.check}"
+            where = f"{r.subject}{check} T={fmt_num(r.T)} case {r.case_id}"
+            value = r.verdict if r.check in ("inputs", "determinism") else fmt_num(r.ratio)
+            line = f"  {r.tensor or '-':<6} {value:>8}{flag}  ({where})"
             lines.append(_one_line(line, width))
     f = s["failures"]
     if len(f):

@@ -3,6 +3,9 @@
 `baseline_like` is correct (the chunked reference computed as a production kernel in the inputs'
 dtype would); the others each carry one planted bug that the harness must name.
 """
+import itertools
+import math
+
 import torch
 
 from references.rwkv6 import rwkv6_chunked
@@ -89,3 +92,63 @@ def through_tf32(r, k, v, w, u, scale=None, initial_state=None, output_final_sta
     low = [_to_tf32(x) for x in (r, k, v)]
     return baseline_like(*low, w, u, scale=scale, initial_state=initial_state,
                          output_final_state=output_final_state)
+
+
+def writes_into_input(r, k, v, w, u, **kw):
+    """Scales its input k in place after the forward (a scratch buffer reused by mistake)."""
+    out = baseline_like(r, k, v, w, u, **kw)
+    k.data.mul_(2)
+    return out
+
+
+_calls = itertools.count()
+
+
+def nondeterministic(r, k, v, w, u, **kw):
+    """Every other call moves one element of o by one ulp (an atomic-add order that varies)."""
+    o, ht = baseline_like(r, k, v, w, u, **kw)
+    if next(_calls) % 2:
+        bump = torch.zeros_like(o)
+        first = o[0, 0, 0, 0].detach()
+        bump[0, 0, 0, 0] = torch.nextafter(first, torch.tensor(math.inf)) - first
+        o = o + bump
+    return o, ht
+
+
+def ignores_initial_state(r, k, v, w, u, initial_state=None, **kw):
+    """Starts from zero whatever initial state it is given."""
+    return baseline_like(r, k, v, w, u, **kw)
+
+
+def decay_off_by_one_at_chunk_starts(r, k, v, w, u, **kw):
+    """The first token of every 32-token chunk decays with the previous token's w."""
+    shifted = w.clone()
+    shifted[:, 32::32] = w[:, 31:-1:32]
+    return baseline_like(r, k, v, shifted, u, **kw)
+
+
+def overflows_at_long_T(r, k, v, w, u, **kw):
+    """Forms exp(-cumsum(w)) over the whole sequence, as an unguarded kernel would: it overflows
+    to inf (and o to NaN) once the summed decay passes ~88, that is only for long T."""
+    o, ht = baseline_like(r, k, v, w, u, **kw)
+    growth = torch.exp(-w.float().cumsum(1)).amax(-1, keepdim=True)   # [B, T, H, 1]
+    return o * (1 + 0 * growth).to(o.dtype), ht
+
+
+class _NeedsStateGradient(torch.autograd.Function):
+    """Identity on (o, final state) whose backward assumes the state's gradient is always given."""
+
+    @staticmethod
+    def forward(ctx, o, ht):
+        ctx.set_materialize_grads(False)
+        return o.view_as(o), ht.view_as(ht)
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        return do, dht.clone()
+
+
+def needs_final_state_gradient(r, k, v, w, u, **kw):
+    """Right numbers, but its backward fails when the final state is returned and not used."""
+    o, ht = baseline_like(r, k, v, w, u, **kw)
+    return (o, None) if ht is None else _NeedsStateGradient.apply(o, ht)

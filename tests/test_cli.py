@@ -24,6 +24,7 @@ SMALL = ["--preset", "smoke", "--variant", "chunk", "--quiet"]
     (["sweep", "--op", "rwkv6", "--T", "0"], "positive"),
     (["sweep", "--op", "rwkv6", "--T", "a"], "--T"),
     (["sweep", "--op", "rwkv6", "--gate", "medium"], "unknown gate"),
+    (["sweep", "--op", "rwkv6", "--checks", "speed"], "unknown check 'speed'"),
     (["sweep"], "--op"),
     ([], "command"),
 ])
@@ -49,7 +50,9 @@ def test_passing_sweep_exits_0_and_writes_csv_html_markdown(tmp_path, capsys):
     code = main(["sweep", "--op", "rwkv6", "--dtype", "fp32,bf16", "--impl", GOOD, "--out", str(tmp_path)] + SMALL)
     assert code == 0
     rows = _rows(tmp_path / "results.csv")
-    assert len(rows) == 2 * 8 and {r["verdict"] for r in rows} == {"PASS"}
+    assert len([r for r in rows if r["check"] == "golden"]) == 2 * 8
+    assert {r["verdict"] for r in rows} == {"PASS"}
+    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options"}
     assert {r["impl"] for r in rows} == {"tests.implementations:baseline_like"}
     assert (tmp_path / "report.html").stat().st_size > 0
     assert "PASS" in (tmp_path / "summary.md").read_text()
@@ -60,7 +63,19 @@ def test_failing_sweep_exits_1(tmp_path):
     bad = "chunk=tests.implementations:gate_grad_scaled"
     assert main(["sweep", "--op", "rwkv6", "--dtype", "bf16", "--impl", bad, "--out", str(tmp_path)] + SMALL) == 1
     failing = [r for r in _rows(tmp_path / "results.csv") if r["verdict"] == "FAIL"]
-    assert [r["tensor"] for r in failing] == ["dw"]
+    assert [(r["check"], r["tensor"]) for r in failing] == [
+        ("golden", "dw"), ("segments", "dw"), ("options", "dw (no final state)"),
+        ("options", "dw (final state not in the loss)")]
+
+
+def test_checks_none_leaves_the_golden_rows_and_the_second_sweep_reads_stored_goldens(tmp_path, capsys):
+    args = ["sweep", "--op", "rwkv6", "--dtype", "bf16", "--impl", GOOD, "--checks", "none",
+            "--golden-cache", str(tmp_path / "goldens")] + SMALL
+    assert main(args + ["--out", str(tmp_path / "a")]) == 0
+    assert {r["check"] for r in _rows(tmp_path / "a" / "results.csv")} == {"golden"}
+    assert "0 stored, 1 computed" in capsys.readouterr().out
+    assert main(args + ["--out", str(tmp_path / "b")]) == 0
+    assert "1 stored, 0 computed" in capsys.readouterr().out
 
 
 def test_erroring_kernel_exits_1_and_keeps_the_message(tmp_path):

@@ -1,0 +1,72 @@
+"""Goldens and baselines kept on disk, so a second sweep over the same cases does not recompute them.
+
+A stored pair is found again only under the same key: the op and its reference functions, every
+field of the case (which with the seed determines the inputs), the run options, and a fingerprint
+of the code that draws the inputs and computes the references. Changing any of them misses.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FINGERPRINTED = ["harness/inputs.py", "harness/runner.py", "references"]
+
+
+def default_dir() -> Path:
+    """$HARNESS_GOLDEN_CACHE, else ~/.cache/fla-harness/goldens."""
+    env = os.environ.get("HARNESS_GOLDEN_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "fla-harness" / "goldens"
+
+
+def code_fingerprint() -> str:
+    """sha256 over the sources that determine inputs, goldens and baselines."""
+    digest = hashlib.sha256()
+    for entry in FINGERPRINTED:
+        path = ROOT / entry
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(str(file.relative_to(ROOT)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+class GoldenCache:
+    """get(spec, case, options) -> (golden, baseline) or None; put(...) stores them (atomically)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.fingerprint = code_fingerprint()
+        self.hits = self.misses = 0
+
+    def key(self, spec, case, options: dict) -> str:
+        fields = {"op": spec.name, "loop": spec.reference_loop, "chunked": spec.reference_chunked,
+                  "loop_max_T": spec.loop_max_T, "baseline_chunk": spec.baseline_chunk_size,
+                  "case": case.as_dict(), "options": {k: list(v) if isinstance(v, tuple) else v
+                                                      for k, v in sorted(options.items())},
+                  "code": self.fingerprint}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.pt"
+
+    def get(self, spec, case, options: dict, device):
+        path = self._path(self.key(spec, case, options))
+        if not path.exists():
+            self.misses += 1
+            return None
+        stored = torch.load(path, map_location=device)
+        self.hits += 1
+        return stored["golden"], stored["baseline"]
+
+    def put(self, spec, case, options: dict, golden: dict, baseline: dict):
+        path = self._path(self.key(spec, case, options))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cpu = {name: {k: None if v is None else v.detach().cpu() for k, v in d.items()}
+               for name, d in (("golden", golden), ("baseline", baseline))}
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        torch.save(cpu, tmp)
+        tmp.replace(path)

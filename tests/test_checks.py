@@ -1,0 +1,141 @@
+"""The checks beyond the golden: inputs untouched, determinism, unwritten memory, segments.
+
+Each is run on a correct implementation (every row passes) and on one with the planted bug it
+exists for (the right check fails, naming the right tensor, in a sentence that says what is wrong).
+"""
+import pytest
+import torch
+
+from harness.cases import Case
+from harness.checks import (bitwise_equal, describe_difference, nan_filled_allocations,
+                            segment_bounds)
+from harness.registry import OPS, get_op, load_function
+from harness.runner import Implementation, run_case
+
+SPEC = get_op("rwkv6")
+CPU = torch.device("cpu")
+
+
+def impl(name, variant="chunk"):
+    return Implementation(variant, f"tests.implementations:{name}",
+                          load_function(f"tests.implementations:{name}"))
+
+
+def case(dtype="fp32", T=40, h0="grad", gate="normal"):
+    return Case(op="rwkv6", dtype=dtype, B=2, T=T, H=2, K=8, V=6, h0=h0, gate=gate, seed=1)
+
+
+def rows_of(rows, check):
+    return [r for r in rows if r["check"] == check]
+
+
+def test_bitwise_equal_sees_one_ulp_and_nan_payloads():
+    x = torch.randn(5)
+    y = x.clone()
+    y[2] = torch.nextafter(y[2], torch.tensor(1e9))
+    assert bitwise_equal(x, x.clone()) and not bitwise_equal(x, y)
+    assert not bitwise_equal(x, x.double())
+    assert describe_difference(x, y).startswith("1 of 5 elements, max |diff| ")
+    nan = torch.full((3,), float("nan"))
+    assert bitwise_equal(nan, nan.clone())
+
+
+def test_segment_bounds_cover_the_sequence_with_unaligned_cuts():
+    assert segment_bounds(1) == []
+    assert segment_bounds(2) == [(0, 1), (1, 2)]
+    assert segment_bounds(65) == [(0, 21), (21, 43), (43, 65)]
+
+
+def test_allocations_inside_the_package_are_poisoned_and_restored_after():
+    planted = {"__name__": "fla_kernels.planted", "torch": torch}
+    exec("def alloc():\n    return torch.empty(4), torch.empty(3, dtype=torch.int32), "
+         "torch.empty_like(torch.zeros(2)), torch.zeros(2).new_empty(2)", planted)
+    empty = torch.empty
+    with nan_filled_allocations():
+        floats, ints, like, new = planted["alloc"]()
+        outside = torch.zeros(3)
+    assert floats.isnan().all() and like.isnan().all() and new.isnan().all()
+    assert ints.dtype == torch.int32 and not outside.isnan().any()
+    assert torch.empty is empty
+
+
+def test_correct_implementation_passes_every_check():
+    rows = run_case(SPEC, case(), [impl("baseline_like")], CPU)
+    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options"}
+    assert len(rows_of(rows, "segments")) == len(rows_of(rows, "golden")) == 8
+    options = {r["tensor"] for r in rows_of(rows, "options")}
+    assert "dk (no final state)" in options and "ht (no final state)" not in options
+    assert "ht (final state not in the loss)" in options and len(options) == 15
+    assert all(r["verdict"] == "PASS" for r in rows), [(r["check"], r["tensor"], r["message"])
+                                                      for r in rows if r["verdict"] != "PASS"]
+
+
+def test_a_kernel_writing_into_its_input_is_named():
+    (row,) = rows_of(run_case(SPEC, case(), [impl("writes_into_input")], CPU), "inputs")
+    assert row["verdict"] == "FAIL" and row["tensor"] == "k"
+    assert row["message"].startswith("the kernel wrote into its input k (")
+    assert "changed" in row["message"]
+
+
+def test_a_nondeterministic_kernel_fails_determinism_only():
+    rows = run_case(SPEC, case(), [impl("nondeterministic")], CPU)
+    (row,) = rows_of(rows, "determinism")
+    assert row["verdict"] == "FAIL" and row["tensor"] == "o"
+    assert row["message"].startswith("o differs between two identical runs: 1 of 960 elements, "
+                                     "max |diff| ")
+    assert all(r["verdict"] == "PASS" for r in rows_of(rows, "golden"))
+
+
+def test_segments_catch_a_kernel_that_ignores_its_initial_state_even_without_one():
+    rows = run_case(SPEC, case(h0="none"), [impl("ignores_initial_state")], CPU)
+    assert all(r["verdict"] == "PASS" for r in rows_of(rows, "golden"))
+    segments = {r["tensor"]: r for r in rows_of(rows, "segments")}
+    assert segments["o"]["verdict"] == "FAIL"
+    assert segments["o"]["message"].startswith("over segments [0,13) [13,26) [26,40): err ")
+    assert segments["ht"]["verdict"] == "FAIL"
+
+
+def test_segments_catch_a_dropped_initial_state_gradient_through_the_chain():
+    """Without an initial state there is no dh0 row; the chained segments still expose the bug."""
+    rows = run_case(SPEC, case(h0="none"), [impl("drops_initial_state_grad")], CPU)
+    assert all(r["verdict"] == "PASS" for r in rows_of(rows, "golden"))
+    failed = {r["tensor"] for r in rows_of(rows, "segments") if r["verdict"] == "FAIL"}
+    assert failed == {"dk", "dv", "dw"}  # the inputs that build the carried state
+
+
+def test_unwritten_output_reads_as_nan():
+    """A kernel in the package that leaves the last step of o unwritten fails with that step."""
+    planted = {"__name__": "fla_kernels.planted", "torch": torch,
+               "baseline_like": load_function("tests.implementations:baseline_like")}
+    exec("def forgets_last_step(r, k, v, w, u, **kw):\n"
+         "    o, ht = baseline_like(r, k, v, w, u, **kw)\n"
+         "    out = torch.empty(o.shape, dtype=o.dtype)\n"
+         "    out[:, :-1] = o[:, :-1]\n"
+         "    return out, ht\n", planted)
+    rows = run_case(SPEC, case(h0="none"), [Implementation("chunk", "planted", planted["forgets_last_step"])],
+                    CPU)
+    o = {r["tensor"]: r for r in rows_of(rows, "golden")}["o"]
+    assert o["verdict"] == "FAIL" and o["first_bad"].startswith("(b=0, t=39,")
+    assert "NaN" in o["message"]
+
+
+def test_a_backward_that_needs_the_final_state_gradient_errors_only_without_it():
+    rows = run_case(SPEC, case(), [impl("needs_final_state_gradient")], CPU)
+    bad = [r for r in rows if r["verdict"] != "PASS"]
+    assert len(bad) == 1 and bad[0]["check"] == "options" and bad[0]["verdict"] == "ERROR"
+    assert bad[0]["message"].startswith("with final state not in the loss: AttributeError")
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_our_kernels_pass_every_check(op):
+    """Every variant of every op, through every check (segments, options, determinism...): no row
+    fails. bf16, an initial state with gradient, T not a multiple of any chunk."""
+    spec = OPS[op]
+    c = Case(op=op, dtype="bf16", B=1, T=20, H=2, K=16, V=16, h0="grad", gate="normal", seed=0,
+             M=16 if spec.uses_slots else 0)
+    impls = [Implementation(v, "ours", spec.variant_fn(v)) for v in spec.variants]
+    rows = run_case(spec, c, impls, CPU)
+    assert {r["check"] for r in rows} == {"golden", "agreement", "inputs", "determinism", "segments",
+                                          "options"} - ({"agreement"} if len(impls) == 1 else set())
+    assert all(r["verdict"] == "PASS" for r in rows), [(r["variant"], r["check"], r["tensor"], r["message"])
+                                                      for r in rows if r["verdict"] != "PASS"]

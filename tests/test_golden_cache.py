@@ -1,0 +1,57 @@
+"""Stored goldens: found again under the same key, missed when anything that determines them changes."""
+import torch
+
+from harness import golden_cache
+from harness.cases import Case
+from harness.golden_cache import GoldenCache
+from harness.registry import get_op, load_function
+from harness.runner import Implementation, run_case
+
+SPEC = get_op("rwkv6")
+CPU = torch.device("cpu")
+GOOD = Implementation("chunk", "baseline_like", load_function("tests.implementations:baseline_like"))
+
+
+def case(seed=1, T=40):
+    return Case(op="rwkv6", dtype="bf16", B=1, T=T, H=2, K=8, V=6, h0="grad", gate="normal", seed=seed)
+
+
+def test_second_run_reads_every_golden_and_gives_the_same_rows(tmp_path):
+    cache = GoldenCache(tmp_path)
+    first = run_case(SPEC, case(), [GOOD], CPU, cache=cache)
+    computed = cache.misses
+    assert computed == 3 and cache.hits == 0  # the case's golden and two option goldens
+    second = run_case(SPEC, case(), [GOOD], CPU, cache=cache)
+    assert cache.hits == computed and cache.misses == computed
+    strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in first]
+    assert strip == [{k: v for k, v in r.items() if k != "wall_s"} for r in second]
+
+
+def test_key_changes_with_the_case_the_options_and_the_code(tmp_path, monkeypatch):
+    cache = GoldenCache(tmp_path)
+    key = cache.key(SPEC, case(), {})
+    assert key == GoldenCache(tmp_path).key(SPEC, case(), {})
+    assert key != cache.key(SPEC, case(seed=2), {})
+    assert key != cache.key(SPEC, case(T=41), {})
+    assert key != cache.key(SPEC, case(), {"final_state": "off"})
+    source = tmp_path / "reference.py"
+    source.write_text("x = 1\n")
+    monkeypatch.setattr(golden_cache, "ROOT", tmp_path)
+    monkeypatch.setattr(golden_cache, "FINGERPRINTED", ["reference.py"])
+    before = GoldenCache(tmp_path).key(SPEC, case(), {})
+    source.write_text("x = 2\n")
+    assert GoldenCache(tmp_path).key(SPEC, case(), {}) != before
+
+
+def test_a_stored_golden_is_what_the_rows_are_measured_against(tmp_path):
+    """A tampered stored golden changes the verdict: the cache is really read."""
+    cache = GoldenCache(tmp_path)
+    run_case(SPEC, case(), [GOOD], CPU, cache=cache)
+    path = cache._path(cache.key(SPEC, case(), {}))
+    stored = torch.load(path)
+    for kind in ("golden", "baseline"):
+        stored[kind]["o"] = stored[kind]["o"] + 1
+    torch.save(stored, path)
+    rows = run_case(SPEC, case(), [GOOD], CPU, cache=cache)
+    o = [r for r in rows if r["check"] == "golden" and r["tensor"] == "o"][0]
+    assert o["verdict"] == "FAIL"
