@@ -50,7 +50,7 @@ class Execution:
 
 
 def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None,
-                       segments=None, final_state="grad", without=()) -> Execution:
+                       segments=None, final_state="grad", without=(), h0_grad=True) -> Execution:
     """Forward and backward with the shared upstream gradients.
 
     Inputs are cloned first (optionally cast to `to_dtype`), so no implementation sees another's
@@ -59,7 +59,8 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     the forward runs once per segment of T, each taking the previous one's final state, and the
     backward runs through the whole chain. final_state: "grad" (returned, its upstream gradient in
     the loss), "unused" (returned, not in the loss) or "off" (output_final_state=False); the
-    inputs named in `without` are passed as None.
+    inputs named in `without` are passed as None; h0_grad=False passes a case's initial state
+    without requires_grad.
     """
     def leaf(x, grad=True):
         x = x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
@@ -73,7 +74,7 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     given = {name: (x, inputs.tensors[name]) for name, x in leaves.items()}
     h0 = None
     if inputs.initial_states is not None:
-        h0 = tuple(leaf(x, grad=case.h0 == "grad") for x in inputs.initial_states)
+        h0 = tuple(leaf(x, grad=case.h0 == "grad" and h0_grad) for x in inputs.initial_states)
         given.update({f"initial {s.name}": (x, orig) for s, x, orig in
                       zip(spec.states, h0, inputs.initial_states)})
     sequence = {s.name for s in spec.inputs if tuple(s.shape[:2]) == ("B", "T")}
@@ -105,7 +106,7 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         result[name] = None if final is None else final.detach()
     for name, x in leaves.items():
         result["d" + name] = x.grad
-    if case.h0 == "grad":
+    if case.h0 == "grad" and h0_grad:
         for name, x in zip(spec.initial_state_grad_names(), h0):
             result[name] = x.grad
     return Execution(result, given)
@@ -136,11 +137,14 @@ def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None
     return golden, baseline
 
 
-def option_settings(spec: OpSpec) -> list[tuple[str, dict]]:
+def option_settings(spec: OpSpec, case: Case) -> list[tuple[str, dict]]:
     """(label, run_implementation options) of the optional-argument combinations beyond the case's:
-    no final state, a final state left out of the loss, and each optional input passed as None."""
+    no final state, a final state left out of the loss, the initial state given without gradient
+    (when the case's has one), and each optional input passed as None."""
     settings = [("no final state", {"final_state": "off"}),
                 ("final state not in the loss", {"final_state": "unused"})]
+    if case.h0 == "grad":
+        settings.append(("initial state without gradient", {"h0_grad": False}))
     return settings + [(f"{s.name}=None", {"without": (s.name,)}) for s in spec.inputs if s.optional]
 
 
@@ -290,7 +294,7 @@ def _option_rows(spec, case, impl, inputs, device, names, against_golden, refere
     """Each optional-argument combination against its own golden; tensors it has no golden for
     (the final state when it is not returned, the gradient of an input passed as None) are skipped."""
     rows = []
-    for label, options in option_settings(spec):
+    for label, options in option_settings(spec, case):
         try:
             references = references_for(label, options)
         except Exception as exc:

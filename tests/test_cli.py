@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from fla_kernels.utils import interpreting
 from harness.cli import main
 
 GOOD = "chunk=tests.implementations:baseline_like"
@@ -52,7 +53,8 @@ def test_passing_sweep_exits_0_and_writes_csv_html_markdown(tmp_path, capsys):
     rows = _rows(tmp_path / "results.csv")
     assert len([r for r in rows if r["check"] == "golden"]) == 2 * 8
     assert {r["verdict"] for r in rows} == {"PASS"}
-    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options"}
+    serial = {"determinism"} if interpreting() else set()  # the interpreter cannot race
+    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options"} - serial
     assert {r["impl"] for r in rows} == {"tests.implementations:baseline_like"}
     assert (tmp_path / "report.html").stat().st_size > 0
     assert "PASS" in (tmp_path / "summary.md").read_text()
@@ -65,7 +67,7 @@ def test_failing_sweep_exits_1(tmp_path):
     failing = [r for r in _rows(tmp_path / "results.csv") if r["verdict"] == "FAIL"]
     assert [(r["check"], r["tensor"]) for r in failing] == [
         ("golden", "dw"), ("segments", "dw"), ("options", "dw (no final state)"),
-        ("options", "dw (final state not in the loss)")]
+        ("options", "dw (final state not in the loss)"), ("options", "dw (initial state without gradient)")]
 
 
 def test_checks_none_leaves_the_golden_rows_and_the_second_sweep_reads_stored_goldens(tmp_path, capsys):
@@ -101,3 +103,12 @@ def test_module_entry_point_exits_2_without_traceback():
                           capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "harness: error: unknown op 'nope'; known ops: gla, gsa, linear_attn, rwkv6, simple_gla"
+
+
+def test_checks_determinism_on_request_catches_a_nondeterministic_kernel(tmp_path):
+    bad = "chunk=tests.implementations:nondeterministic"
+    args = ["sweep", "--op", "rwkv6", "--dtype", "fp32", "--impl", bad, "--checks", "determinism",
+            "--out", str(tmp_path)] + SMALL
+    assert main(args) == 1
+    (row,) = [r for r in _rows(tmp_path / "results.csv") if r["verdict"] != "PASS"]
+    assert row["check"] == "determinism" and row["tensor"] == "o"
