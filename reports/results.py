@@ -216,7 +216,9 @@ def summarize(df: pd.DataFrame) -> dict:
     """
     df = coerce_results(df)
     counts = verdict_counts(df)
-    df = df.assign(subject=subject(df), tensor=tensor_group(df))
+    df = df.assign(subject=subject(df))
+    failing = failures(df)
+    df = df.assign(tensor=tensor_group(df))
     return {
         "total": int(len(df)),
         "counts": counts,
@@ -225,7 +227,7 @@ def summarize(df: pd.DataFrame) -> dict:
         "worst_op_tensor": worst_ratio(df, ["op", "tensor"]),
         "worst_variant": worst_ratio(df, ["op", "subject", "dtype"]),
         "worst_detail": worst_ratio(df, ["op", "subject", "dtype", "tensor"]),
-        "failures": failures(df),
+        "failures": failing,
     }
 
 

@@ -13,7 +13,7 @@ def _one_line(text, width: int) -> str:
 
 def _reason(r) -> str:
     """Why a row failed, most telling part first."""
-    if r.verdict == "ERROR":
+    if r.verdict == "ERROR" or r.check in ("inputs", "determinism"):
         return " ".join(str(r.message).split()) or "(no message)"
     ratio = f"err/bound={fmt_num(r.ratio)}"
     if r.message:  # the harness's own sentence names the terms
@@ -45,7 +45,7 @@ def render_terminal(df: pd.DataFrame, max_failures: int = 10, width: int = 160) 
         more = f", first {max_failures}" if len(f) > max_failures else ""
         lines.append(f"failures ({len(f)}{more}):")
         for r in f.head(max_failures).itertuples(index=False):
-            what = r.tensor if r.check in ("golden", "") else f"{r.tensor} {r.check}".strip()
+            what = r.tensor or "-"
             head = f"  {r.verdict:<5} {r.op}/{r.subject} {r.dtype} T={fmt_num(r.T)} {what}"
             head = f"{head} [{r.case_id}]: "  # never cut: the case id is what one reruns
             lines.append(head + _one_line(_reason(r), max(40, width - len(head))))
