@@ -1,22 +1,10 @@
 """run_case on correct and on planted-bug implementations: the right verdict on the right row."""
 import pytest
-import torch
 
 from harness.cases import Case
-from harness.registry import OPS, get_op, load_function
+from harness.registry import OPS, load_function
 from harness.runner import Implementation, run_case
-
-SPEC = get_op("rwkv6")
-CPU = torch.device("cpu")
-
-
-def impl(name, variant="chunk"):
-    return Implementation(variant, f"tests.implementations:{name}",
-                          load_function(f"tests.implementations:{name}"))
-
-
-def case(dtype="fp32", T=40, h0="grad", gate="normal"):
-    return Case(op="rwkv6", dtype=dtype, B=2, T=T, H=2, K=8, V=6, h0=h0, gate=gate, seed=1)
+from tests.planted import CPU, SPEC, case, impl
 
 
 def by_tensor(rows, check="golden"):
