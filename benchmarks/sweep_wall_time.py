@@ -3,7 +3,8 @@
     python benchmarks/sweep_wall_time.py --op rwkv6 --dtype fp32,fp16,bf16 [--preset cpu]
 
 Runs `python -m harness sweep` once per dtype in a fresh process (compile and interpreter start-up
-included, as a user sees it) and prints one line per dtype: cases, rows, verdicts, seconds.
+included, as a user sees it, goldens computed rather than read from a store) and prints one line
+per dtype: cases, rows, verdicts, seconds.
 """
 import argparse
 import subprocess
@@ -24,7 +25,8 @@ def main():
     for dtype in args.dtype.split(","):
         out = Path(tempfile.mkdtemp(prefix=f"sweep-{dtype}-"))
         cmd = [sys.executable, "-m", "harness", "sweep", "--op", args.op, "--dtype", dtype,
-               "--out", str(out), "--quiet"] + (["--preset", args.preset] if args.preset else [])
+               "--out", str(out), "--quiet", "--no-golden-cache"]
+        cmd += ["--preset", args.preset] if args.preset else []
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - start
