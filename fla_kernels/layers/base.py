@@ -1,0 +1,68 @@
+"""What the attention layers share: projections into heads, the kernel call with the cache,
+heads merged before the output projection."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from fla_kernels.layers.cache import Cache
+
+
+class RecurrentAttention(nn.Module):
+    """A layer over one op family. Subclasses set `MODES` ({mode: kernel}), build their projections
+    and define `kernel_inputs(x)` (the op's positional tensors, [B, T, H, *]), `state_shapes()` and,
+    if they gate the output, `output_gate(x)`."""
+
+    MODES: dict = {}
+
+    def __init__(self, hidden_size: int, num_heads: int, head_k_dim: int, head_v_dim: int,
+                 mode: str, layer_idx: int | None):
+        super().__init__()
+        if mode not in self.MODES:
+            raise ValueError(f"{type(self).__name__}: unknown mode '{mode}'; choose from "
+                             f"{', '.join(self.MODES)}.")
+        self.hidden_size, self.num_heads = hidden_size, num_heads
+        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.mode, self.layer_idx = mode, 0 if layer_idx is None else layer_idx
+        self.o_proj = nn.Linear(num_heads * head_v_dim, hidden_size, bias=False)
+
+    def heads(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """[B, T, H * dim] -> [B, T, H, dim]."""
+        return x.unflatten(-1, (self.num_heads, dim))
+
+    def kernel_inputs(self, x: torch.Tensor) -> tuple:
+        raise NotImplementedError
+
+    def state_shapes(self) -> list[tuple]:
+        """Per-sequence shapes of the state's tensors (without the batch dimension)."""
+        raise NotImplementedError
+
+    def output_gate(self, x: torch.Tensor):
+        return None
+
+    def init_state(self, batch_size: int):
+        """A zero state (float32) for `batch_size` sequences: a tensor, or a tuple for several."""
+        device = self.o_proj.weight.device
+        zeros = tuple(torch.zeros(batch_size, *shape, dtype=torch.float32, device=device)
+                      for shape in self.state_shapes())
+        return zeros[0] if len(zeros) == 1 else zeros
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask=None, past_key_values=None,
+                use_cache: bool = False, output_attentions: bool = False, **kwargs):
+        """(y [B, T, hidden_size], None, the cache or None). `past_key_values`: a Cache (or a
+        list of states) whose entry `layer_idx` is this layer's state entering the call."""
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError(f"{type(self).__name__}: padding masks are not supported; pass "
+                             "attention_mask=None or all ones.")
+        if past_key_values is not None and not isinstance(past_key_values, Cache):
+            past_key_values = Cache.from_legacy_cache(past_key_values)
+        state = None if past_key_values is None else past_key_values[self.layer_idx]
+        o, final = self.MODES[self.mode](*self.kernel_inputs(hidden_states), initial_state=state,
+                                         output_final_state=use_cache)
+        if use_cache:
+            past_key_values = Cache() if past_key_values is None else past_key_values
+            past_key_values.update(final, self.layer_idx, hidden_states.shape[1])
+        o = o.flatten(-2)
+        gate = self.output_gate(hidden_states)
+        y = self.o_proj(o if gate is None else o * gate)
+        return y, None, past_key_values

@@ -1,0 +1,104 @@
+"""The layers and their cache: shapes, segments with the cache equal one call (outputs and parameter
+gradients), the cache never written into, truncated training segment by segment."""
+import pytest
+import torch
+
+from fla_kernels.layers import (Cache, GatedLinearAttention, GatedSlotAttention, LinearAttention,
+                                RWKV6Attention)
+from tests.kernel_testing import DEVICE
+
+HIDDEN, HEADS = 32, 2
+LAYERS = [(cls, mode) for cls in (LinearAttention, GatedLinearAttention, GatedSlotAttention, RWKV6Attention)
+          for mode in cls.MODES]
+
+
+def make(cls, mode, seed=0, hidden=HIDDEN, heads=HEADS, **kw):
+    torch.manual_seed(seed)
+    if cls is GatedSlotAttention:
+        kw.setdefault("num_slots", 8)
+    return cls(hidden_size=hidden, num_heads=heads, mode=mode, **kw).to(DEVICE)
+
+
+def inputs(B=2, T=20, seed=1, hidden=HIDDEN):
+    torch.manual_seed(seed)
+    return torch.randn(B, T, hidden, device=DEVICE)
+
+
+def grads(layer):
+    return {name: p.grad.clone() for name, p in layer.named_parameters()}
+
+
+def assert_close(a, b, what):
+    scale = b.abs().max().item() or 1.0
+    err = (a - b).abs().max().item()
+    assert err <= 1e-4 * scale, f"{what}: max|diff| {err:.3g} against max|x| {scale:.3g}"
+
+
+@pytest.mark.parametrize("cls,mode", LAYERS, ids=[f"{c.__name__}-{m}" for c, m in LAYERS])
+def test_segments_with_the_cache_equal_one_call(cls, mode):
+    """Output shape; the sequence in two calls through the cache gives the outputs and the
+    parameter gradients of one call (gradients flow back through the carried state)."""
+    layer, x = make(cls, mode), inputs()
+    y, attentions, cache = layer(x, use_cache=True)
+    assert y.shape == x.shape and attentions is None and cache.get_seq_length(0) == x.shape[1]
+    y.pow(2).sum().backward()
+    whole = grads(layer)
+    layer.zero_grad()
+    first, _, cache = layer(x[:, :7], use_cache=True)
+    second, _, cache = layer(x[:, 7:], use_cache=True, past_key_values=cache)
+    joined = torch.cat([first, second], dim=1)
+    assert_close(joined, y.detach(), "output")
+    joined.pow(2).sum().backward()
+    for name, g in grads(layer).items():
+        assert_close(g, whole[name], f"gradient of {name}")
+
+
+@pytest.mark.parametrize("cls", [LinearAttention, GatedSlotAttention], ids=lambda c: c.__name__)
+def test_the_cache_is_replaced_not_written_into(cls):
+    layer, x = make(cls, "chunk"), inputs()
+    cache = Cache.from_legacy_cache([layer.init_state(x.shape[0])])
+    before = cache[0]
+    kept = tuple(s.clone() for s in before) if isinstance(before, tuple) else before.clone()
+    _, _, cache = layer(x, use_cache=True, past_key_values=cache)
+    after = cache[0]
+    assert after is not before
+    for old, copy in zip(*(((before,), (kept,)) if not isinstance(before, tuple) else (before, kept))):
+        assert torch.equal(old, copy)
+    # a zero initial state gives what no state gives
+    y0, _, _ = layer(x)
+    y1, _, _ = layer(x, past_key_values=[layer.init_state(x.shape[0])])
+    assert_close(y1, y0, "output from a zero state")
+
+
+def test_segment_by_segment_training_with_detached_state():
+    """As users train: a forward per segment with the cache, backward per segment after cutting
+    the carried state from the graph, one optimizer step at the end: no in-place error, finite
+    gradients from every segment, and the step moves the parameters. On a GPU at the size users
+    train (hidden 256, 8 heads, 16 slots, segments of 128); smaller under the interpreter."""
+    hidden, heads, segment = (256, 8, 128) if DEVICE == "cuda" else (HIDDEN, HEADS, 16)
+    layer = make(GatedSlotAttention, "chunk", num_slots=16, hidden=hidden, heads=heads)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=1e-2)
+    before = {name: p.detach().clone() for name, p in layer.named_parameters()}
+    T = 3 * segment
+    x = inputs(B=2, T=T, hidden=hidden)
+    cache, seen = None, []
+    for t0 in range(0, T, segment):
+        y, _, cache = layer(x[:, t0:t0 + segment], use_cache=True, past_key_values=cache)
+        y.pow(2).mean().backward()
+        seen.append(layer.q_proj.weight.grad.clone())
+        cache = cache.detach()
+        assert not any(s.requires_grad for s in cache[0])
+    assert cache.get_seq_length(0) == T
+    assert all(g.isfinite().all() for g in seen) and not torch.equal(seen[0], seen[-1])
+    optimizer.step()
+    assert all(not torch.equal(p, before[name]) for name, p in layer.named_parameters())
+
+
+def test_bad_mode_and_padding_mask_are_refused():
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        LinearAttention(hidden_size=HIDDEN, num_heads=HEADS, mode="fast")
+    layer, x = make(LinearAttention, "chunk"), inputs()
+    mask = torch.ones(x.shape[:2], dtype=torch.bool, device=DEVICE)
+    mask[0, 0] = False
+    with pytest.raises(ValueError, match="padding masks are not supported"):
+        layer(x, attention_mask=mask)
