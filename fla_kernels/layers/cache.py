@@ -1,7 +1,6 @@
 """Recurrent state carried across calls, one entry per layer."""
 from __future__ import annotations
 
-import torch
 
 
 def _detached(state):
