@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 
-
 def _detached(state):
     if state is None:
         return None
