@@ -3,6 +3,10 @@
 A stored pair is found again only under the same key: the op and its reference functions, every
 field of the case (which with the seed determines the inputs), the run options, and a fingerprint
 of the code that draws the inputs and computes the references. Changing any of them misses.
+
+Float64 goldens of long cases are large (a B=2, T=43884, H=4, K=V=128 case holds about 3 GB), so
+the store keeps at most `limit_bytes` (default $HARNESS_GOLDEN_CACHE_GB, else 16 GiB) and drops
+the least recently used entries beyond it.
 """
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ def default_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "fla-harness" / "goldens"
 
 
+def default_limit_bytes() -> int:
+    return int(float(os.environ.get("HARNESS_GOLDEN_CACHE_GB", "16")) * 2**30)
+
+
 def code_fingerprint() -> str:
     """sha256 over the sources that determine inputs, goldens and baselines."""
     digest = hashlib.sha256()
@@ -37,8 +45,9 @@ def code_fingerprint() -> str:
 class GoldenCache:
     """get(spec, case, options) -> (golden, baseline) or None; put(...) stores them (atomically)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, limit_bytes: int | None = None):
         self.directory = Path(directory)
+        self.limit_bytes = default_limit_bytes() if limit_bytes is None else limit_bytes
         self.fingerprint = code_fingerprint()
         self.hits = self.misses = 0
 
@@ -59,6 +68,7 @@ class GoldenCache:
             self.misses += 1
             return None
         stored = torch.load(path, map_location=device)
+        path.touch()  # recently used: evicted last
         self.hits += 1
         return stored["golden"], stored["baseline"]
 
@@ -70,3 +80,14 @@ class GoldenCache:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         torch.save(cpu, tmp)
         tmp.replace(path)
+        self._evict()
+
+    def _evict(self):
+        """Drop the least recently used entries until the store fits its limit."""
+        entries = sorted(self.directory.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in entries)
+        for entry in entries:
+            if total <= self.limit_bytes:
+                break
+            total -= entry.stat().st_size
+            entry.unlink(missing_ok=True)

@@ -1,4 +1,6 @@
 """Stored goldens: found again under the same key, missed when anything that determines them changes."""
+import os
+
 import torch
 
 from harness import golden_cache
@@ -55,3 +57,19 @@ def test_a_stored_golden_is_what_the_rows_are_measured_against(tmp_path):
     rows = run_case(SPEC, case(), [GOOD], CPU, cache=cache)
     o = [r for r in rows if r["check"] == "golden" and r["tensor"] == "o"][0]
     assert o["verdict"] == "FAIL"
+
+
+def test_the_store_keeps_to_its_limit_dropping_the_least_recently_used(tmp_path):
+    cache = GoldenCache(tmp_path)
+    cases = [case(seed=s) for s in (1, 2, 3)]
+    sizes = []
+    for c in cases:
+        cache.put(SPEC, c, {}, {"o": torch.zeros(1000, dtype=torch.float64)}, {"o": torch.zeros(10)})
+        path = cache._path(cache.key(SPEC, c, {}))
+        os.utime(path, (1000 * c.seed, 1000 * c.seed))  # stored long ago, oldest first
+        sizes.append(path.stat().st_size)
+    small = GoldenCache(tmp_path, limit_bytes=sum(sizes[:2]))
+    assert small.get(SPEC, cases[0], {}, CPU) is not None  # used now: kept
+    small.put(SPEC, case(seed=4), {}, {"o": torch.zeros(1000, dtype=torch.float64)}, {"o": torch.zeros(10)})
+    kept = [small._path(small.key(SPEC, c, {})).exists() for c in cases + [case(seed=4)]]
+    assert kept == [True, False, False, True]
