@@ -4,7 +4,7 @@ A stored pair is found again only under the same key: the op and its reference f
 field of the case (which with the seed determines the inputs), the run options, and a fingerprint
 of the code that draws the inputs and computes the references. Changing any of them misses.
 
-Float64 goldens of long cases are large (a B=2, T=43884, H=4, K=V=128 case holds about 3 GB), so
+Float64 goldens of long cases are large (one B=2, T=43884, H=4, K=V=128 gla case: over 2 GB), so
 the store keeps at most `limit_bytes` (default $HARNESS_GOLDEN_CACHE_GB, else 16 GiB) and drops
 the least recently used entries beyond it.
 """
