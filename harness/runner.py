@@ -14,13 +14,14 @@ from harness.cases import DTYPES, Case
 from harness.checks import (bitwise_equal, describe_difference, nan_filled_allocations,
                             segment_bounds)
 from harness.inputs import CaseInputs, make_inputs
+from harness.layer_checks import layer_rows
 from harness.metrics import compare_to_golden, compare_variants
 from harness.registry import OpSpec, load_function
 from harness.tolerance import tolerance_for
 
 
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
-EXTRA_CHECKS = ("inputs", "determinism", "segments", "options")  # run_case's checks beyond the golden
+EXTRA_CHECKS = ("inputs", "determinism", "segments", "options", "layer")  # beyond the golden
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,9 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
     """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops.
 
     Per implementation: one "golden" row per tensor, then those of `checks`: "inputs",
-    "determinism", "segments" (harness/checks.py) and, for T <= the op's loop_max_T (their goldens
-    are extra float64 runs), "options"; per pair of variants, "agreement" rows. `cache`: a
+    "determinism", "segments" (harness/checks.py), for T <= the op's loop_max_T (their goldens
+    are extra float64 runs) "options", and "layer" (harness/layer_checks.py); per pair of
+    variants, "agreement" rows. `cache`: a
     GoldenCache for the goldens and baselines, or None.
     """
     rows = []
@@ -225,6 +227,8 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
         if "options" in checks and case.T <= spec.loop_max_T:
             rows.extend(_option_rows(spec, case, impl, inputs, device, names, against_golden,
                                      references_for))
+        if "layer" in checks:
+            rows.extend(layer_rows(spec, case, impl, device, functools.partial(_row, case, impl)))
     for a, b in itertools.combinations([i for i in impls if i.variant in results], 2):
         for name in names:
             bound = bounds[(a.variant, name)] + bounds[(b.variant, name)]

@@ -59,12 +59,19 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
 
 def _case_checks(case: Case, checks, covered: set) -> tuple:
     """The optional-argument combinations exercise argument handling, not numerics: they run on
-    the first case with T > 1 of each (op, dtype, initial-state option) of a sweep."""
-    key = (case.op, case.dtype, case.h0)
-    if "options" in checks and (key in covered or case.T < 2):
-        return tuple(c for c in checks if c != "options")
-    covered.add(key)
-    return tuple(checks)
+    the first case with T > 1 of each (op, dtype, initial-state option) of a sweep. The layer
+    check, which brings its own gates and state, on the first case with T > 1 of each (op,
+    dtype, T)."""
+    keep = []
+    for check in checks:
+        key = {"options": (check, case.op, case.dtype, case.h0),
+               "layer": (check, case.op, case.dtype, case.T)}.get(check)
+        if key is not None:
+            if key in covered or case.T < 2:
+                continue
+            covered.add(key)
+        keep.append(check)
+    return tuple(keep)
 
 
 def _render(csv_path: Path, out_dir: Path, meta: dict):

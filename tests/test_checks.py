@@ -9,6 +9,7 @@ import torch
 from harness.cases import Case
 from harness.checks import (bitwise_equal, describe_difference, nan_filled_allocations,
                             segment_bounds)
+from harness.layer_checks import LAYERS
 from harness.registry import OPS, load_function
 from harness.runner import Implementation, run_case
 from tests.kernel_testing import DEVICE
@@ -51,7 +52,8 @@ def test_allocations_inside_the_package_are_poisoned_and_restored_after():
 
 def test_correct_implementation_passes_every_check():
     rows = run_case(SPEC, case(), [impl("baseline_like")], CPU)
-    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options"}
+    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options",
+                                          "layer"}
     assert len(rows_of(rows, "segments")) == len(rows_of(rows, "golden")) == 8
     options = {r["tensor"] for r in rows_of(rows, "options")}
     assert "dk (no final state)" in options and "ht (no final state)" not in options
@@ -112,9 +114,11 @@ def test_unwritten_output_reads_as_nan():
 
 def test_a_backward_that_needs_the_final_state_gradient_errors_only_without_it():
     rows = run_case(SPEC, case(), [impl("needs_final_state_gradient")], CPU)
-    bad = [r for r in rows if r["verdict"] != "PASS"]
-    assert len(bad) == 1 and bad[0]["check"] == "options" and bad[0]["verdict"] == "ERROR"
-    assert bad[0]["message"].startswith("with final state not in the loss: AttributeError")
+    bad = {(r["check"], r["tensor"]): r for r in rows if r["verdict"] != "PASS"}
+    assert set(bad) == {("options", ""), ("layer", "")}  # a layer's loss leaves its cached state out
+    assert all(r["verdict"] == "ERROR" for r in bad.values())
+    assert bad[("options", "")]["message"].startswith("with final state not in the loss: AttributeError")
+    assert bad[("layer", "")]["message"].startswith("the layer's forward and backward raised AttributeError")
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -126,7 +130,24 @@ def test_our_kernels_pass_every_check(op):
              M=16 if spec.uses_slots else 0)
     impls = [Implementation(v, "ours", spec.variant_fn(v)) for v in spec.variants]
     rows = run_case(spec, c, impls, torch.device(DEVICE))
-    assert {r["check"] for r in rows} == {"golden", "agreement", "inputs", "determinism", "segments",
-                                          "options"} - ({"agreement"} if len(impls) == 1 else set())
+    expected = {"golden", "agreement", "inputs", "determinism", "segments", "options", "layer"}
+    expected -= {"agreement"} if len(impls) == 1 else set()
+    expected -= set() if op in LAYERS else {"layer"}
+    assert {r["check"] for r in rows} == expected
     assert all(r["verdict"] == "PASS" for r in rows), [(r["variant"], r["check"], r["tensor"], r["message"])
                                                       for r in rows if r["verdict"] != "PASS"]
+
+
+def test_layer_check_passes_a_correct_kernel_and_names_what_a_broken_one_breaks():
+    """The rwkv6 layer around the kernel: one call and two cache segments against a float64 layer
+    golden (output and every parameter gradient), cache and input untouched, truncated training."""
+    good = rows_of(run_case(SPEC, case("fp32"), [impl("baseline_like")], CPU, checks=("layer",)), "layer")
+    tensors = {r["tensor"] for r in good}
+    assert {"y", "y (segments)", "dr_proj.weight", "dbonus (segments)", "cache", "training"} <= tensors
+    assert all(r["verdict"] == "PASS" for r in good), [(r["tensor"], r["message"]) for r in good
+                                                      if r["verdict"] != "PASS"]
+    bad = rows_of(run_case(SPEC, case("fp32"), [impl("ignores_initial_state")], CPU, checks=("layer",)),
+                  "layer")
+    failed = {r["tensor"]: r for r in bad if r["verdict"] != "PASS"}
+    assert "y (segments)" in failed and "y" not in failed
+    assert failed["y (segments)"]["message"].startswith("through the cache (segments): err ")

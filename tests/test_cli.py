@@ -54,7 +54,8 @@ def test_passing_sweep_exits_0_and_writes_csv_html_markdown(tmp_path, capsys):
     assert len([r for r in rows if r["check"] == "golden"]) == 2 * 8
     assert {r["verdict"] for r in rows} == {"PASS"}
     serial = {"determinism"} if interpreting() else set()  # the interpreter cannot race
-    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options"} - serial
+    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options",
+                                          "layer"} - serial
     assert {r["impl"] for r in rows} == {"tests.implementations:baseline_like"}
     assert (tmp_path / "report.html").stat().st_size > 0
     assert "PASS" in (tmp_path / "summary.md").read_text()
@@ -65,7 +66,9 @@ def test_failing_sweep_exits_1(tmp_path):
     bad = "chunk=tests.implementations:gate_grad_scaled"
     assert main(["sweep", "--op", "rwkv6", "--dtype", "bf16", "--impl", bad, "--out", str(tmp_path)] + SMALL) == 1
     failing = [r for r in _rows(tmp_path / "results.csv") if r["verdict"] == "FAIL"]
-    assert [(r["check"], r["tensor"]) for r in failing] == [
+    in_layer = [r["tensor"] for r in failing if r["check"] == "layer"]
+    assert in_layer and all(t.startswith("dw_proj.") for t in in_layer)  # the layer's gate weights
+    assert [(r["check"], r["tensor"]) for r in failing if r["check"] != "layer"] == [
         ("golden", "dw"), ("segments", "dw"), ("options", "dw (no final state)"),
         ("options", "dw (final state not in the loss)"), ("options", "dw (initial state without gradient)")]
 

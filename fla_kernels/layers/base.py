@@ -24,6 +24,7 @@ class RecurrentAttention(nn.Module):
         self.hidden_size, self.num_heads = hidden_size, num_heads
         self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
         self.mode, self.layer_idx = mode, 0 if layer_idx is None else layer_idx
+        self.kernel = self.MODES[mode]  # any function with the op's public signature can stand in
         self.o_proj = nn.Linear(num_heads * head_v_dim, hidden_size, bias=False)
 
     def heads(self, x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -57,8 +58,8 @@ class RecurrentAttention(nn.Module):
         if past_key_values is not None and not isinstance(past_key_values, Cache):
             past_key_values = Cache.from_legacy_cache(past_key_values)
         state = None if past_key_values is None else past_key_values[self.layer_idx]
-        o, final = self.MODES[self.mode](*self.kernel_inputs(hidden_states), initial_state=state,
-                                         output_final_state=use_cache)
+        o, final = self.kernel(*self.kernel_inputs(hidden_states), initial_state=state,
+                               output_final_state=use_cache)
         if use_cache:
             past_key_values = Cache() if past_key_values is None else past_key_values
             past_key_values.update(final, self.layer_idx, hidden_states.shape[1])

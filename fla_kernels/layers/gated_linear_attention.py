@@ -15,7 +15,7 @@ class GatedLinearAttention(RecurrentAttention):
     def __init__(self, hidden_size: int = 256, num_heads: int = 4, expand_k: float = 0.5,
                  expand_v: float = 1.0, gate_logit_normalizer: float = 16.0, mode: str = "chunk",
                  layer_idx: int | None = None):
-        key_dim, value_dim = int(hidden_size * expand_k), int(hidden_size * expand_v)
+        key_dim, value_dim = round(hidden_size * expand_k), round(hidden_size * expand_v)
         super().__init__(hidden_size, num_heads, key_dim // num_heads, value_dim // num_heads, mode,
                          layer_idx)
         self.gate_logit_normalizer = gate_logit_normalizer

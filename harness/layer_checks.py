@@ -1,0 +1,125 @@
+"""The layer of an op (fla_kernels.layers) around an implementation: output shape, one call and two
+segments through the Cache against a float64 golden of the same layer (outputs and parameter
+gradients), inputs and cache left untouched, and truncated training segment by segment."""
+from __future__ import annotations
+
+import copy
+import functools
+
+import torch
+
+from fla_kernels.layers import (GatedLinearAttention, GatedSlotAttention, LinearAttention,
+                                RWKV6Attention)
+from harness.checks import bitwise_equal, describe_difference, segment_bounds
+from harness.metrics import compare_to_golden
+from harness.registry import load_function
+from harness.tolerance import tolerance_for
+
+LAYERS = {"linear_attn": LinearAttention, "gla": GatedLinearAttention, "gsa": GatedSlotAttention,
+          "rwkv6": RWKV6Attention}
+
+
+def build_layer(spec, case, device, dtype):
+    """The op's layer with heads of K and V, its parameters drawn from the case's seed."""
+    kwargs = dict(hidden_size=case.H * case.V, num_heads=case.H, expand_k=case.K / case.V, expand_v=1.0)
+    if spec.name == "gsa":
+        kwargs["num_slots"] = case.M
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(case.seed)
+        layer = LAYERS[spec.name](**kwargs)
+    return layer.to(device=device, dtype=dtype)
+
+
+def _run(layer, kernel, x, dy, segments):
+    """y and the parameter gradients of sum(y * dy), the sequence in one call or in segments
+    chained through the Cache; the cache states handed in are checked afterwards."""
+    layer = copy.deepcopy(layer)
+    layer.kernel = kernel
+    x = x.detach().clone()
+    pieces, cache, handed = [], None, []
+    for t0, t1 in segments:
+        if cache is not None:
+            state = cache[0]
+            handed += [(s, s.detach().clone()) for s in (state if isinstance(state, tuple) else (state,))]
+        y, _, cache = layer(x[:, t0:t1], use_cache=True, past_key_values=cache)
+        pieces.append(y)
+    y = torch.cat(pieces, dim=1)
+    (y * dy).sum().backward()
+    grads = {f"d{name}": p.grad for name, p in layer.named_parameters()}
+    return y.detach(), grads, x, handed
+
+
+def _training_runs(layer, kernel, x, segments) -> str:
+    """'' when a forward and backward per segment, with the state detached between segments,
+    runs; else the error."""
+    layer = copy.deepcopy(layer)
+    layer.kernel = kernel
+    cache = None
+    try:
+        for t0, t1 in segments:
+            y, _, cache = layer(x[:, t0:t1], use_cache=True, past_key_values=cache)
+            y.float().pow(2).mean().backward()
+            cache = cache.detach()
+    except Exception as exc:  # reported as the row's message
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
+    """Rows (check "layer") for one implementation; `make_row(check, tensor, **fields)`."""
+    if spec.name not in LAYERS:
+        return []
+    dtype = case.torch_dtype
+    layer = build_layer(spec, case, device, dtype)
+    gen = torch.Generator().manual_seed(case.seed + 1)
+    x = torch.randn(case.B, case.T, case.H * case.V, generator=gen).to(device=device, dtype=dtype)
+    dy = torch.randn(case.B, case.T, case.H * case.V, generator=gen).to(device=device, dtype=dtype)
+    whole = [(0, case.T)]
+    golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
+    baseline_fn = functools.partial(load_function(spec.reference_chunked), operand_dtype=dtype,
+                                    chunk_size=spec.baseline_chunk_size)
+    y64, g64, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), whole)
+    yb, gb, _, _ = _run(layer, baseline_fn, x, dy, whole)
+    rows = []
+
+    def compare(label, y, grads):
+        if tuple(y.shape) != tuple(x.shape):
+            rows.append(make_row("layer", f"y{label}", verdict="FAIL",
+                                 message=f"output shape {tuple(y.shape)}, expected {tuple(x.shape)}"))
+            return
+        tol = tolerance_for(case.op, "o", case.dtype, case.T, case.dtype)
+        rows.append(make_row("layer", f"y{label}", **_prefixed(label, compare_to_golden(
+            y, y64, yb, tol, True, dtype))))
+        for name, g in grads.items():
+            tol = tolerance_for(case.op, "dq", case.dtype, case.T, case.dtype)
+            rows.append(make_row("layer", f"{name}{label}", **_prefixed(label, compare_to_golden(
+                g, g64[name], gb[name], tol, False, dtype))))
+
+    try:
+        y, grads, x_after, _ = _run(layer, impl.fn, x, dy, whole)
+        compare("", y, grads)
+        segments = segment_bounds(case.T)
+        if segments:
+            y, grads, _, handed = _run(layer, impl.fn, x, dy, segments)
+            compare(" (segments)", y, grads)
+            changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
+            rows.append(make_row("layer", "cache", verdict="FAIL" if changed else "PASS",
+                                 message=f"the layer wrote into the cached state ({changed[0]} changed)"
+                                 if changed else ""))
+            error = _training_runs(layer, impl.fn, x, segments)
+            rows.append(make_row("layer", "training", verdict="ERROR" if error else "PASS",
+                                 message=f"backward per detached segment: {error}" if error else ""))
+        if not bitwise_equal(x_after, x):
+            rows.append(make_row("layer", "x", verdict="FAIL", message=f"the layer wrote into its input "
+                                 f"({describe_difference(x_after, x)} changed)"))
+    except Exception as exc:
+        rows.append(make_row("layer", "", verdict="ERROR",
+                             message=f"the layer's forward and backward raised {type(exc).__name__}: "
+                                     f"{exc}"[:500]))
+    return rows
+
+
+def _prefixed(label: str, metrics: dict) -> dict:
+    if label and metrics.get("message"):
+        metrics["message"] = f"through the cache{label}: {metrics['message']}"
+    return metrics
