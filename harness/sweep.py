@@ -40,14 +40,14 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
     start = time.perf_counter()
     ran = skipped = 0
     failures = 0
-    options_covered = set()
+    covered = set()  # (check, ...) keys of the once-per-group checks already run
     with ResultWriter(csv_path) as writer:
         bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
         for spec, case, impls in bar:
             if case.case_id in done:
                 skipped += 1
                 continue
-            rows = run_case(spec, case, impls, dev, _case_checks(case, checks, options_covered), cache)
+            rows = run_case(spec, case, impls, dev, _case_checks(case, checks, covered), cache)
             failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
             writer.write([{**shared, **r} for r in rows])
             ran += 1

@@ -35,7 +35,7 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, ch
                                                 exp_nonpos, load_prefix, load_suffix)
 from fla_kernels.ops.common.dot import mma
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.gsa.fused_recurrent import check_gsa_inputs
+from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
 from fla_kernels.utils import store_dtype
 
 BT = 16  # tokens per chunk (one gate block: every exponent is a sum over at most BT gates)
@@ -360,8 +360,5 @@ def chunk_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=
     scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, (hk, hv) float32
     or None); differentiable in every tensor.
     """
-    B, T, H, K, V, M = check_gsa_inputs("chunk_gsa", q, k, v, s, g, initial_state)
-    scale = K ** -0.5 if scale is None else float(scale)
-    hk0, hv0 = (None, None) if initial_state is None else initial_state
-    o, hkt, hvt = ChunkGSAFunction.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))
-    return o, ((hkt, hvt) if output_final_state else None)
+    return apply_gsa("chunk_gsa", ChunkGSAFunction, q, k, v, s, g, scale, initial_state,
+                     output_final_state)

@@ -376,8 +376,15 @@ def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_fi
     scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, (hk, hv) float32
     or None); differentiable in every tensor.
     """
-    B, T, H, K, V, M = check_gsa_inputs("fused_recurrent_gsa", q, k, v, s, g, initial_state)
+    return apply_gsa("fused_recurrent_gsa", FusedRecurrentGSAFunction, q, k, v, s, g, scale,
+                     initial_state, output_final_state)
+
+
+def apply_gsa(op, function, q, k, v, s, g, scale, initial_state, output_final_state):
+    """The public functions' shared body: check the arguments (ValueError before any launch), run
+    the autograd `function`, return (o, (hk, hv) or None)."""
+    K = check_gsa_inputs(op, q, k, v, s, g, initial_state)[3]
     scale = K ** -0.5 if scale is None else float(scale)
     hk0, hv0 = (None, None) if initial_state is None else initial_state
-    o, hkt, hvt = FusedRecurrentGSAFunction.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))
+    o, hkt, hvt = function.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))
     return o, ((hkt, hvt) if output_final_state else None)
