@@ -151,3 +151,22 @@ def test_layer_check_passes_a_correct_kernel_and_names_what_a_broken_one_breaks(
     failed = {r["tensor"]: r for r in bad if r["verdict"] != "PASS"}
     assert "y (segments)" in failed and "y" not in failed
     assert failed["y (segments)"]["message"].startswith("through the cache (segments): err ")
+
+
+def test_segments_are_bounded_by_a_baseline_chained_through_the_same_segments():
+    """fp16, strong decay: the chain's final chunk holds 44 tokens where one call's holds 1, so the
+    same-dtype arithmetic's ht error grows 40-fold. That arithmetic itself must pass."""
+    spec = OPS["gla"]
+    chunked = load_function(spec.reference_chunked)
+
+    def same_dtype_arithmetic(*args, **kw):
+        return chunked(*args, chunk_size=64, operand_dtype=torch.float16, **kw)
+
+    c = Case(op="gla", dtype="fp16", B=2, T=65, H=4, K=64, V=64, h0="none", gate="strong", seed=0)
+    rows = run_case(spec, c, [Implementation("chunk", "fp16 arithmetic", same_dtype_arithmetic)], CPU,
+                    checks=("segments",))
+    segments = {r["tensor"]: r for r in rows_of(rows, "segments")}
+    golden = {r["tensor"]: r for r in rows_of(rows, "golden")}
+    assert segments["ht"]["err"] > 20 * golden["ht"]["err"]
+    assert all(r["verdict"] == "PASS" for r in rows), [(r["check"], r["tensor"], r["message"])
+                                                      for r in rows if r["verdict"] != "PASS"]

@@ -22,7 +22,7 @@ def test_second_run_reads_every_golden_and_gives_the_same_rows(tmp_path):
     cache = GoldenCache(tmp_path)
     first = run_case(SPEC, case(), [GOOD], CPU, cache=cache)
     computed = cache.misses
-    assert computed == 4 and cache.hits == 0  # the case's golden and three option goldens
+    assert computed == 5 and cache.hits == 0  # the case, the segments' baseline, three options
     second = run_case(SPEC, case(), [GOOD], CPU, cache=cache)
     assert cache.hits == computed and cache.misses == computed
     strip = [{k: v for k, v in r.items() if k != "wall_s"} for r in first]

@@ -37,7 +37,7 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, blo
                                                 chunk_bwd_dh, chunk_fwd_h, chunk_gate_tiles,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
-from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import (gather_rows, load_row, load_rows, load_rows_t,
                                           load_state, store_rows)
@@ -245,12 +245,9 @@ def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, b
     c0 = i_c * BT
     is_last = (c0 + tl.arange(0, BT) == tl.minimum(c0 + BT, T) - 1)[:, None]
     b_pre, b_suf, b_tot = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, READS_PREVIOUS)
-    b_decay = exp_nonpos(b_suf)
-    # k * exp(suf) without row L: turns h_c into h_{c+1} - k_L^T v_L
-    b_kd = tl.where(is_last, 0.0, load_rows(k, base_k, c0, T, H, K, BT, BK, i_k) * b_decay)
     b_dq = tl.zeros([BT, BK], dtype=tl.float32)
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
-    b_bound = tl.zeros([BK], dtype=tl.float32)
+    b_carried = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
@@ -258,9 +255,13 @@ def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, b
         b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
         b_dq += mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE)
         b_dk += mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE)
-        b_xt = b_ht * exp_nonpos(b_tot)[None, :] + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
-        b_bound += tl.sum(b_xt * b_dht, axis=0)
-    b_dk *= b_decay
+        b_carried += tl.sum(b_ht * b_dht, axis=0)
+    b_dk *= exp_nonpos(b_suf)
+    # sum_v (h_{c+1} - k_L^T v_L) dh_c: the carried state's part, then the chunk's rows from the
+    # very products k_j dk_j that chunk_gate_grad subtracts, so the two cancel to the last bit
+    b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k).to(tl.float32)
+    b_bound = (b_carried * exp_nonpos(b_tot)
+               + tl.sum(tl.where(is_last, 0.0, b_k * b_dk), axis=0))
     o_d = i_k * BK + tl.arange(0, BK)
     tl.store(dk_last + (i_bh * NT + i_c) * K + o_d, tl.sum(tl.where(is_last, b_dk, 0.0), axis=0),
              mask=o_d < K)
@@ -339,7 +340,7 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
             b_kj = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
             b_sufj = load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
             b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_j, i_i)
-            b_dq += mma(b_dA, b_kj * exp_nonpos(b_sufj + b_btw[None, :]), FP32_DOT, OPERAND_DTYPE)
+            b_dq += mma_split(b_dA, b_kj * exp_nonpos(b_sufj + b_btw[None, :]), FP32_DOT)
         b_dq *= exp_nonpos(b_pre)
         for j in range(BC):
             if READS_PREVIOUS:
@@ -363,7 +364,7 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
             b_ql = load_rows(q, base, t_l, T, H, K, BC, BK, i_k)
             b_prel = load_prefix(P, base, t_l, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
             b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_i, i_l)
-            b_dk += mma(b_dAt, b_ql * exp_nonpos(b_prel + b_btw[None, :]), FP32_DOT, OPERAND_DTYPE)
+            b_dk += mma_split(b_dAt, b_ql * exp_nonpos(b_prel + b_btw[None, :]), FP32_DOT)
         b_dk *= exp_nonpos(b_suf)
         for i in range(BC):
             p_row = dA + (i_bh * T + (t_i + i).to(tl.int64)) * BT + i_i * BC + o_i

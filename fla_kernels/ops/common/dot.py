@@ -18,6 +18,33 @@ def mma(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _split(x):
+    """x (fp32) as hi + lo, both bf16: hi carries 8 bits of mantissa, lo the next 8."""
+    x = x.to(tl.float32)
+    hi = x.to(tl.bfloat16)
+    return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def mma_split(a, b, FP32_DOT: tl.constexpr):
+    """a @ b to about 16 bits on the tensor cores: hi*hi + hi*lo + lo*hi of bf16 splits.
+
+    For products whose sums later cancel against sums formed elsewhere (the q dq - k dk of a
+    gate gradient): one bf16 rounding of either operand leaves a residue that does not cancel
+    and, summed over a chunk, biases the gate gradient the same way at every token. bf16 for
+    every input dtype, so fp16 inputs cannot overflow the split. FP32_DOT: one IEEE product.
+    """
+    if FP32_DOT:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        a_hi, a_lo = _split(a)
+        b_hi, b_lo = _split(b)
+        acc = tl.dot(a_hi, b_lo, out_dtype=tl.float32)
+        acc = tl.dot(a_lo, b_hi, acc, out_dtype=tl.float32)
+        return tl.dot(a_hi, b_hi, acc, out_dtype=tl.float32)
+
+
+@triton.jit
 def add_rounded(acc, x):
     """acc + x in fp32 rounded to nearest, where x is a product (`mma`) and acc a carried state.
 
