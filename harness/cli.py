@@ -1,4 +1,4 @@
-"""Command line: `python -m harness sweep|list`.
+"""Command line: `python -m harness sweep|gate|report|repro|list`.
 
 Exit codes: 0 every row passed, 1 a row failed or errored, 2 a usage error (one line, no traceback).
 """
@@ -64,8 +64,59 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--no-golden-cache", action="store_true", help="compute every golden afresh")
     sweep.add_argument("--resume", action="store_true", help="skip cases already in --out's results.csv")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_gate_parser(sub)
+    report = sub.add_parser("report", help="re-render the HTML and markdown of finished results, or "
+                                           "compare them with a baseline run")
+    report.add_argument("csv", nargs="+", type=Path, help="results CSV(s) of the run")
+    report.add_argument("--baseline", nargs="+", type=Path,
+                        help="results CSV(s) of the baseline run: write a comparison page instead")
+    report.add_argument("--html", type=Path, help="the HTML page (default: report.html or compare.html "
+                                                   "beside the first CSV)")
+    report.add_argument("--markdown", type=Path, help="also write the markdown summary here")
+    report.add_argument("--growth-factor", type=float, default=2.0,
+                        help="with --baseline: err/bound growth counted as worse (default 2)")
+    report.add_argument("--ratio-floor", type=float, default=0.05,
+                        help="with --baseline: err/bound under which growth is ignored (default 0.05)")
+    repro = sub.add_parser("repro", help="write a standalone script that rebuilds one case's inputs "
+                                         "and shows its comparison with the golden")
+    repro.add_argument("case_id", help="a case_id column value, e.g. rwkv6-bf16-B1-T65-H2-K16-V16-"
+                                       "h0_grad-normal-s0")
+    repro.add_argument("--variant", help="the variant to run (default: the op's first)")
+    repro.add_argument("--impl", metavar="module:function", help="run this function instead of ours")
+    repro.add_argument("--segments", action="store_true",
+                       help="reproduce the segments check (T cut in two, the state carried)")
+    repro.add_argument("--out", type=Path, help="script path (default repro_<case_id>.py)")
     sub.add_parser("list", help="show ops, variants and presets")
     return parser
+
+
+def _add_gate_parser(sub):
+    gate = sub.add_parser("gate", help="sweep the ops a change touches and compare them with the "
+                                       "committed baseline of this device class")
+    which = gate.add_mutually_exclusive_group()
+    which.add_argument("--base", help="git revision to diff the working tree against")
+    which.add_argument("--changed-files", nargs="*", metavar="PATH", help="the changed files")
+    which.add_argument("--op", type=_csv(str), help="gate these ops, whatever changed")
+    gate.add_argument("--results", nargs="+", type=Path,
+                      help="compare these finished results CSVs instead of sweeping")
+    gate.add_argument("--impl", action="append", default=[], metavar="VARIANT=module:function",
+                      help="gate an external implementation in place of our VARIANT (repeatable)")
+    gate.add_argument("--baseline-dir", type=Path, default=None,
+                      help="folder with gate.json and <device class>/<op>.csv (default: baselines/)")
+    gate.add_argument("--device-class", help="baseline to compare with (default: cpu under the "
+                                             "interpreter, else the GPU model, e.g. h100)")
+    gate.add_argument("--growth-factor", type=float,
+                      help="fail when a tensor's err/bound grows beyond this factor (default: "
+                           "gate.json's)")
+    gate.add_argument("--ratio-floor", type=float,
+                      help="err/bound under which growth is ignored (default: gate.json's)")
+    gate.add_argument("--jobs", type=int, default=1, help="sweeps run at once (one process per op)")
+    gate.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
+    gate.add_argument("--summary", type=Path,
+                      help="markdown summary for the pull request (default <out>/gate-summary.md)")
+    gate.add_argument("--update-baseline", action="store_true",
+                      help="write this run's rows as the device class's baseline")
+    gate.add_argument("--no-golden-cache", action="store_true", help="compute every golden afresh")
 
 
 def _check_choices(name, values, allowed):
@@ -155,12 +206,69 @@ def cmd_sweep(args) -> int:
     return 1 if bad else 0
 
 
+def cmd_report(args) -> int:
+    from reports import read_results, render_markdown, write_html
+    from reports.compare import BAD_STATUSES, compare_runs, render_compare_markdown, write_compare_html
+    for path in args.csv + (args.baseline or []):
+        if not path.exists():
+            raise UsageError(f"no results file {path}")
+    df = read_results(args.csv)
+    if args.baseline:
+        table = compare_runs(df, read_results(args.baseline), args.growth_factor, args.ratio_floor)
+        meta = {"candidate": ", ".join(map(str, args.csv)), "baseline": ", ".join(map(str, args.baseline))}
+        html = args.html or args.csv[0].parent / "compare.html"
+        write_compare_html(table, html, meta)
+        markdown = render_compare_markdown(table, meta)
+        bad = table["status"].isin(BAD_STATUSES).any()
+    else:
+        html = args.html or args.csv[0].parent / "report.html"
+        write_html(df, html, {"sources": ", ".join(map(str, args.csv))})
+        markdown = render_markdown(df)
+        bad = df["verdict"].isin(["FAIL", "ERROR"]).any()
+    if args.markdown:
+        args.markdown.write_text(markdown)
+    print(markdown)
+    print(f"html {html}" + (f"; markdown {args.markdown}" if args.markdown else ""))
+    return 1 if bad else 0
+
+
+def cmd_repro(args) -> int:
+    from harness.repro import write_repro
+    out = args.out or Path(f"repro_{args.case_id}.py")
+    try:
+        path = write_repro(args.case_id, out, variant=args.variant, target=args.impl,
+                           segments=args.segments)
+    except ValueError as exc:
+        raise UsageError(str(exc).rstrip("."))
+    print(f"wrote {path}; run it with: python {path}   (python -i {path} keeps the tensors)")
+    return 0
+
+
+def cmd_gate(args) -> int:
+    from harness.gate import GateSetupError, run_gate
+    try:
+        return run_gate(args, plan_check=_gate_plan_check)
+    except GateSetupError as exc:
+        raise UsageError(str(exc).rstrip("."))
+
+
+def _gate_plan_check(ops, impls):
+    """Validate ops and --impl values as the sweep would, before any sweep starts."""
+    try:
+        specs = [get_op(name) for name in ops]
+    except ValueError as exc:
+        raise UsageError(str(exc).rstrip("."))
+    _parse_impls(impls, specs)
+
+
+COMMANDS = {"list": lambda args: cmd_list(), "sweep": cmd_sweep, "gate": cmd_gate,
+            "report": cmd_report, "repro": cmd_repro}
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        if args.command == "list":
-            return cmd_list()
-        return cmd_sweep(args)
+        return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return 2

@@ -144,15 +144,21 @@ def _cell(col: str, val, verdict: str) -> str:
     return f"<td>{_e(val)}</td>"
 
 
-def _table(df: pd.DataFrame, columns: Iterable[str], table_id: str, cls: str = "") -> str:
+def _table(df: pd.DataFrame, columns: Iterable[str], table_id: str, cls: str = "",
+           cell=_cell, is_num=_is_num, context: str | tuple = "verdict") -> str:
+    """A sortable table of `columns` of `df` (the JS hooks on `table_id`). Each cell is
+    `cell(col, value, ctx)`, ctx being the row's `context` column (a tuple of values when
+    `context` is a tuple of columns); `is_num(col)` marks columns sorted and aligned as numbers."""
     columns = [c for c in columns if c in df.columns]
-    head = "".join(f'<th data-col="{_e(c)}"{" data-num" if _is_num(c) else ""} '
+    head = "".join(f'<th data-col="{_e(c)}"{" data-num" if is_num(c) else ""} '
                    f'title="click to sort">{_e(c)}</th>' for c in columns)
+    ctxs = (df[context] if isinstance(context, str)
+            else df[list(context)].itertuples(index=False, name=None))
     body = []
-    for verdict, row in zip(df["verdict"], df[columns].itertuples(index=False, name=None)):
-        body.append("<tr>" + "".join(_cell(c, v, verdict) for c, v in zip(columns, row)) + "</tr>")
+    for ctx, row in zip(ctxs, df[columns].itertuples(index=False, name=None)):
+        body.append("<tr>" + "".join(cell(c, v, ctx) for c, v in zip(columns, row)) + "</tr>")
     # Right-align numeric columns with one CSS rule per column instead of a class per cell.
-    align = ",".join(f"#{table_id} td:nth-child({i + 1})" for i, c in enumerate(columns) if _is_num(c))
+    align = ",".join(f"#{table_id} td:nth-child({i + 1})" for i, c in enumerate(columns) if is_num(c))
     style = f"<style>{align}{{text-align:right}}</style>" if align else ""
     ident = f' id="{_e(table_id)}"'
     return (f'{style}<div class="scroll"><table{ident} class="sortable {cls}"><thead><tr>{head}</tr>'
@@ -191,11 +197,14 @@ def _pivot(worst: pd.DataFrame) -> str:
             + "\n".join(body) + "</tbody></table></div>")
 
 
-def _filters(df: pd.DataFrame) -> str:
+def _filters(df: pd.DataFrame, columns: Iterable[str] = FILTER_COLUMNS,
+             always: str = "verdict") -> str:
+    """The filter bar of the "results" table: a text box, and a select for each of `columns`
+    with two values or more (`always` gets one regardless)."""
     parts = ['<input type="search" id="filter-text" placeholder="filter rows: words, all must match">']
-    for c in FILTER_COLUMNS:
+    for c in columns:
         vals = sorted(v for v in pd.unique(df[c]) if v != "")
-        if len(vals) < 2 and c != "verdict":
+        if len(vals) < 2 and c != always:
             continue
         opts = "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in vals)
         parts.append(f'<label>{_e(c)} <select class="col-filter" data-col="{_e(c)}">'

@@ -152,3 +152,24 @@ def needs_final_state_gradient(r, k, v, w, u, **kw):
     """Right numbers, but its backward fails when the final state is returned and not used."""
     o, ht = baseline_like(r, k, v, w, u, **kw)
     return (o, None) if ht is None else _NeedsStateGradient.apply(o, ht)
+
+
+class _CoarseGrad(torch.autograd.Function):
+    """Identity whose backward keeps `bits` mantissa bits of the gradient."""
+    @staticmethod
+    def forward(ctx, x, bits):
+        ctx.bits = bits
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mantissa, exponent = torch.frexp(grad.float())
+        scale = 2.0 ** ctx.bits
+        return torch.ldexp(torch.round(mantissa * scale) / scale, exponent).to(grad.dtype), None
+
+
+def chunk_with_coarse_gate_grad(r, k, v, w, u, **kw):
+    """Our chunk_rwkv6 with dw kept to 5 mantissa bits, as a kernel change that stores the gate
+    gradient through a narrow intermediate would: dw's error grows several-fold, the rest is ours."""
+    from fla_kernels.ops.rwkv6 import chunk_rwkv6
+    return chunk_rwkv6(r, k, v, _CoarseGrad.apply(w, 5), u, **kw)

@@ -1,0 +1,212 @@
+"""The gate on kernel pull requests: sweep the ops a change touches, compare with the committed
+baseline of this device class, fail on any FAIL or ERROR row, on any err/bound that grew beyond
+the declared factor, and on any row that disappeared.
+
+baselines/gate.json declares the growth factor, the ratio floor under which growth is noise, and
+per device class the sweep arguments of the gate's suite; baselines/<class>/<op>.csv hold the
+rows a previous run of that suite gave (written by `gate --update-baseline`).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fla_kernels.utils import interpreting
+
+BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
+# Columns a baseline keeps: the row's identity, its numbers and verdict, and where it was made.
+BASELINE_COLUMNS = ["run_id", "case_id", "op", "variant", "impl", "dtype", "B", "T", "H", "K", "V", "M",
+                    "h0", "gate", "seed", "check", "tensor", "err", "base_err", "floor", "bound",
+                    "ratio", "verdict", "device", "torch", "triton", "git"]
+
+
+class GateSetupError(ValueError):
+    """The gate cannot run as asked (no baseline, a bad suite): one sentence, exit 2."""
+
+
+@dataclass
+class GateConfig:
+    growth_factor: float
+    ratio_floor: float
+    suites: dict          # device class -> {sweep option: value(s)}
+
+    @classmethod
+    def load(cls, directory: Path) -> "GateConfig":
+        path = Path(directory) / "gate.json"
+        if not path.exists():
+            raise GateSetupError(f"no gate configuration at {path}")
+        data = json.loads(path.read_text())
+        return cls(float(data["growth_factor"]), float(data["ratio_floor"]), data["suites"])
+
+    def suite(self, device_class: str) -> dict:
+        if device_class not in self.suites:
+            raise GateSetupError(f"baselines/gate.json has no suite for device class '{device_class}'; "
+                                 f"it has {', '.join(sorted(self.suites))}")
+        return self.suites[device_class]
+
+
+def device_class() -> str:
+    """'cpu' under the Triton interpreter, else the GPU model in lower case ('h100', 'h200')."""
+    if interpreting() or not torch.cuda.is_available():
+        return "cpu"
+    name = torch.cuda.get_device_name()
+    model = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name)
+    return (model.group(1) if model else re.sub(r"\W+", "_", name)).lower()
+
+
+def suite_arguments(suite: dict) -> list[str]:
+    """The sweep's command-line arguments for a suite ({"dtype": ["bf16"], "T": [1, 65], ...})."""
+    args = []
+    for option, value in suite.items():
+        values = value if isinstance(value, list) else [value]
+        args += [f"--{option.replace('_', '-')}", ",".join(str(v) for v in values)]
+    return args
+
+
+def baseline_paths(directory: Path, device_class: str, ops) -> dict:
+    """op -> its baseline CSV; GateSetupError naming the first that is missing."""
+    folder = Path(directory) / device_class
+    paths = {op: folder / f"{op}.csv" for op in ops}
+    missing = [op for op, p in paths.items() if not p.exists()]
+    if missing:
+        raise GateSetupError(f"no baseline for {', '.join(missing)} on '{device_class}' in {folder}; "
+                             "make one with `python -m harness gate --update-baseline`")
+    return paths
+
+
+def sweep_command(op: str, suite: dict, out: Path, impls=(), cache_args=()) -> list[str]:
+    command = [sys.executable, "-m", "harness", "sweep", "--op", op, *suite_arguments(suite),
+               "--out", str(out), "--quiet", *cache_args]
+    for impl in impls:
+        command += ["--impl", impl]
+    return command
+
+
+def run_sweeps(ops, suite: dict, out_dir: Path, impls=(), jobs: int = 1, cache_args=(),
+               echo=print) -> dict:
+    """Sweep each op in its own process, `jobs` at a time; op -> (results CSV, exit code). Each
+    sweep's output goes to <out_dir>/<op>/sweep.log; a line is printed as each op finishes."""
+    def one(op):
+        folder = out_dir / op
+        folder.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        with open(folder / "sweep.log", "w") as log:
+            code = subprocess.run(sweep_command(op, suite, folder, impls, cache_args), stdout=log,
+                                  stderr=subprocess.STDOUT).returncode
+        return op, folder / "results.csv", code, time.perf_counter() - start
+
+    finished = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [pool.submit(one, op) for op in ops]
+        for n, future in enumerate(as_completed(futures), 1):
+            op, csv_path, code, wall = future.result()
+            finished[op] = (csv_path, code)
+            state = {0: "every row passed", 1: "rows failed"}.get(code, f"the sweep exited {code}")
+            echo(f"[{n}/{len(ops)}] {op}: {state}, {wall:.0f} s (log {csv_path.parent / 'sweep.log'})",
+                 flush=True)
+    return finished
+
+
+def write_baseline(frame, directory: Path, device_class: str) -> list[Path]:
+    """Write the run's rows as the baseline of each op in it; returns the files written."""
+    folder = Path(directory) / device_class
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for op, rows in frame.groupby("op", sort=False):
+        path = folder / f"{op}.csv"
+        rows[BASELINE_COLUMNS].to_csv(path, index=False)
+        written.append(path)
+    return written
+
+
+def gate_meta(selection, device_class_name: str, baseline_dir: Path, out: Path, crashed) -> dict:
+    meta = {"device class": device_class_name, "ops": selection.describe(),
+            "baseline": str(Path(baseline_dir) / device_class_name), "results": str(out)}
+    if crashed:
+        meta["sweeps that did not finish"] = ", ".join(f"{op} (exit {code})" for op, code in crashed)
+    return meta
+
+
+def _selection(args, config_ops, results_ops=None):
+    """The ops to gate and why: --op, the changed files, the ops of --results, or every op."""
+    from harness.changes import Selection, changed_files, select_ops
+    if args.op:
+        return Selection(tuple(args.op), {op: "named with --op" for op in args.op})
+    if results_ops is not None and args.changed_files is None and not args.base:
+        ops = [op for op in config_ops if op in results_ops]
+        return Selection(tuple(ops), {op: "in the results given" for op in ops})
+    if args.changed_files is not None:
+        return select_ops(args.changed_files)
+    if args.base:
+        try:
+            return select_ops(changed_files(args.base))
+        except ValueError as exc:
+            raise GateSetupError(str(exc))
+    return Selection(tuple(config_ops), {op: "no change given (--base or --changed-files): every op"
+                                         for op in config_ops})
+
+
+def run_gate(args, plan_check, echo=print) -> int:
+    """`python -m harness gate`: 0 when nothing is worse than the baseline, 1 otherwise."""
+    from harness.environment import new_run_id
+    from harness.registry import OPS
+    from reports import read_results
+    from reports.compare import BAD_STATUSES, compare_runs, render_compare_markdown, write_compare_html
+
+    directory = args.baseline_dir or BASELINE_DIR
+    config = GateConfig.load(directory)
+    klass = args.device_class or device_class()
+    suite = config.suite(klass)
+    factor = config.growth_factor if args.growth_factor is None else args.growth_factor
+    floor = config.ratio_floor if args.ratio_floor is None else args.ratio_floor
+    if args.jobs < 1:
+        raise GateSetupError("--jobs must be at least 1")
+    for path in args.results or []:
+        if not path.exists():
+            raise GateSetupError(f"no results file {path}")
+    finished = read_results(args.results) if args.results else None
+    selection = _selection(args, list(OPS), None if finished is None else set(finished["op"]))
+    plan_check(selection.ops, args.impl)
+    out = args.out or Path("results") / new_run_id(f"gate-{klass}")
+    summary_path = args.summary or out / "gate-summary.md"
+    if not selection.ops:
+        message = f"**PASS**: nothing to gate: {selection.describe()}.\n"
+        summary_path.parent.mkdir(parents=True, exist_ok=True)
+        summary_path.write_text(message)
+        echo(message)
+        return 0
+    baselines = {} if args.update_baseline else baseline_paths(directory, klass, selection.ops)
+    echo(f"gate on '{klass}': {selection.describe()}", flush=True)
+    crashed = []
+    if finished is not None:
+        candidate = finished[finished["op"].isin(selection.ops)]
+    else:
+        echo(f"sweeping {len(selection.ops)} op(s), {args.jobs} at a time, into {out}", flush=True)
+        cache_args = ["--no-golden-cache"] if args.no_golden_cache else []
+        finished = run_sweeps(selection.ops, suite, out, args.impl, args.jobs, cache_args, echo)
+        crashed = [(op, code) for op, (_, code) in finished.items() if code not in (0, 1)]
+        candidate = read_results([p for p, _ in finished.values() if p.exists()])
+    if args.update_baseline:
+        written = write_baseline(candidate, directory, klass)
+        bad = candidate["verdict"].isin(["FAIL", "ERROR"])
+        echo(f"baseline written: {', '.join(map(str, written))} ({len(candidate)} rows, "
+             f"{int(bad.sum())} FAIL or ERROR)")
+        return 1 if bad.any() or crashed else 0
+    table = compare_runs(candidate, read_results(list(baselines.values())), factor, floor)
+    meta = gate_meta(selection, klass, directory, out, crashed)
+    markdown = render_compare_markdown(table, meta)
+    for folder in (summary_path.parent, out):
+        folder.mkdir(parents=True, exist_ok=True)
+    summary_path.write_text(markdown)
+    write_compare_html(table, out / "compare.html", meta)
+    echo(markdown)
+    echo(f"summary {summary_path}; comparison page {out / 'compare.html'}")
+    return 1 if table["status"].isin(BAD_STATUSES).any() or crashed else 0

@@ -1,0 +1,99 @@
+"""The gate end to end on the interpreter: a baseline it writes itself, an unchanged kernel that
+passes, a doctored one that fails naming case, tensor and growth, and its usage errors."""
+import json
+
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from harness.gate import suite_arguments
+
+SUITE = {"preset": "smoke", "dtype": ["bf16"], "checks": ["none"]}
+CASE = "rwkv6-bf16-B1-T17-H1-K16-V16-h0_grad-normal-s0"
+
+
+@pytest.fixture(scope="module")
+def gate_dir(tmp_path_factory):
+    """A baseline folder whose cpu suite is one smoke case, with the rwkv6 baseline written by the
+    gate itself from our kernels."""
+    root = tmp_path_factory.mktemp("gate")
+    (root / "gate.json").write_text(json.dumps({"growth_factor": 2.0, "ratio_floor": 0.05,
+                                                "suites": {"cpu": SUITE}}))
+    code = main(["gate", "--op", "rwkv6", "--baseline-dir", str(root), "--device-class", "cpu",
+                 "--update-baseline", "--out", str(root / "first")])
+    assert code == 0
+    return root
+
+
+def gate(gate_dir, tmp_path, *extra):
+    summary = tmp_path / "summary.md"
+    code = main(["gate", "--baseline-dir", str(gate_dir), "--device-class", "cpu", "--out",
+                 str(tmp_path / "run"), "--summary", str(summary), *extra])
+    return code, summary.read_text() if summary.exists() else ""
+
+
+def test_the_baseline_holds_every_row_of_the_suite(gate_dir):
+    rows = pd.read_csv(gate_dir / "cpu" / "rwkv6.csv")
+    assert set(rows["case_id"]) == {CASE}
+    assert set(rows["variant"]) == {"chunk", "fused_recurrent", "chunk~fused_recurrent"}
+    assert (rows["verdict"] == "PASS").all()
+
+
+def test_unchanged_kernels_pass(gate_dir, tmp_path):
+    code, summary = gate(gate_dir, tmp_path, "--op", "rwkv6")
+    assert code == 0, summary
+    assert "**PASS**" in summary.splitlines()[0]
+    assert (tmp_path / "run" / "compare.html").exists()
+
+
+def test_a_doctored_kernel_fails_naming_the_case_the_tensor_and_the_growth(gate_dir, tmp_path):
+    code, summary = gate(gate_dir, tmp_path, "--op", "rwkv6",
+                         "--impl", "chunk=tests.implementations:chunk_with_coarse_gate_grad")
+    assert code == 1
+    assert "**FAIL**" in summary.splitlines()[0]
+    bad_lines = [line for line in summary.splitlines() if CASE in line and "| dw |" in line]
+    assert bad_lines, summary
+    assert any("| x" in line or "FAIL" in line for line in bad_lines), bad_lines
+    assert "| o |" not in "\n".join(line for line in summary.splitlines() if "| chunk |" in line)
+
+
+def test_finished_results_with_a_missing_row_fail_as_disappeared(gate_dir, tmp_path):
+    rows = pd.read_csv(gate_dir / "first" / "rwkv6" / "results.csv", dtype=str, keep_default_na=False)
+    partial = tmp_path / "partial.csv"
+    rows[rows["tensor"] != "du"].to_csv(partial, index=False)
+    code, summary = gate(gate_dir, tmp_path, "--results", str(partial))
+    assert code == 1
+    assert "disappeared" in summary and "| du |" in summary
+
+
+def test_a_change_that_moves_no_number_gates_nothing(gate_dir, tmp_path):
+    code, summary = gate(gate_dir, tmp_path, "--changed-files", "README.md", "tests/test_gsa.py")
+    assert code == 0
+    assert "nothing to gate" in summary
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--op", "gla"], "no baseline for gla on 'cpu'"),
+    (["--op", "nope"], "unknown op"),
+    (["--op", "rwkv6", "--impl", "chunk=nocolon"], "is not of the form"),
+    (["--results", "missing.csv"], "no results file missing.csv"),
+    (["--op", "rwkv6", "--base", "HEAD"], "not allowed with argument"),
+    (["--op", "rwkv6", "--jobs", "0"], "--jobs must be at least 1"),
+])
+def test_usage_errors_exit_2_in_one_line_before_any_sweep(gate_dir, tmp_path, capsys, extra, message):
+    code, _ = gate(gate_dir, tmp_path, *extra)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_device_class_without_a_suite_is_a_usage_error(gate_dir, tmp_path, capsys):
+    code, _ = gate(gate_dir, tmp_path, "--op", "rwkv6", "--device-class", "h100")
+    assert code == 2
+    assert "no suite for device class 'h100'" in capsys.readouterr().err
+
+
+def test_suite_arguments_spell_the_sweep_options():
+    assert suite_arguments({"dtype": ["fp32", "bf16"], "T": [1, 65], "preset": "cpu"}) == [
+        "--dtype", "fp32,bf16", "--T", "1,65", "--preset", "cpu"]
