@@ -34,7 +34,10 @@ class Selection:
     def describe(self) -> str:
         if not self.ops:
             return "no changed file can change a kernel's numbers"
-        return "; ".join(f"{op}: {self.reasons[op]}" for op in self.ops)
+        by_reason = {}
+        for op in self.ops:
+            by_reason.setdefault(self.reasons[op], []).append(op)
+        return "; ".join(f"{', '.join(ops)}: {why}" for why, ops in by_reason.items())
 
 
 def ops_for_path(path: str) -> tuple[list[str], str]:
