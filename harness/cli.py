@@ -1,4 +1,4 @@
-"""Command line: `python -m harness sweep|gate|report|repro|list`.
+"""Command line: `python -m harness sweep|gate|report|repro|bench|list`.
 
 Exit codes: 0 every row passed, 1 a row failed or errored, 2 a usage error (one line, no traceback).
 """
@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 from fla_kernels.utils import interpreting
-from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, default_preset, expand
+from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, Case, default_preset, expand
 from harness.environment import new_run_id
 from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op
+from harness import upstream
 from harness.runner import EXTRA_CHECKS, implementations
 
 
@@ -56,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "all; without determinism under the Triton interpreter, which runs "
                             "serially and so cannot show a race)")
     sweep.add_argument("--impl", action="append", default=[], metavar="VARIANT=module:function",
-                       help="run an external implementation in place of our VARIANT (repeatable)")
+                       help="run an external implementation in place of our VARIANT (repeatable); "
+                            "`--impl fla` runs upstream flash-linear-attention's variants instead of "
+                            "ours")
     sweep.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
     sweep.add_argument("--golden-cache", type=Path, default=None,
                        help="folder of stored goldens (default $HARNESS_GOLDEN_CACHE or "
@@ -86,6 +89,19 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--segments", action="store_true",
                        help="reproduce the segments check (T cut in two, the state carried)")
     repro.add_argument("--out", type=Path, help="script path (default repro_<case_id>.py)")
+    bench = sub.add_parser("bench", help="time forward and forward+backward of our variants, "
+                                         "upstream fla's and the torch reference on one shape")
+    bench.add_argument("--op", type=_csv(str), required=True, help="op(s), comma-separated")
+    bench.add_argument("--variant", type=_csv(str), help="variants (default: all of the op)")
+    bench.add_argument("--dtype", default="bf16", help="fp32, fp16 or bf16 (default bf16)")
+    for axis, default in (("B", 8), ("T", 2048), ("H", 16), ("K", 128), ("V", 128), ("M", 64)):
+        bench.add_argument(f"--{axis}", type=int, default=default, help=f"default {default}")
+    bench.add_argument("--impls", type=_csv(str), default=["ours", "fla", "torch"],
+                       help="ours, fla, torch (default all three)")
+    bench.add_argument("--warm-cache", action="store_true",
+                       help="keep Triton's cache (first calls then measure a cache lookup)")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
     sub.add_parser("list", help="show ops, variants and presets")
     return parser
 
@@ -125,16 +141,23 @@ def _check_choices(name, values, allowed):
             raise UsageError(f"unknown {name} '{value}'; choose from {', '.join(allowed)}")
 
 
-def _parse_impls(texts, op_specs) -> dict:
-    external = {}
+def _parse_impls(texts, op_specs) -> tuple[dict, list]:
+    """({variant: 'module:function'}, [implementation sets such as 'fla'])."""
+    external, sets = {}, []
     for text in texts:
+        if text in upstream.SETS:
+            why = upstream.available(text)
+            if why:
+                raise UsageError(f"--impl {text}: {why}")
+            sets.append(text)
+            continue
         variant, sep, target = text.partition("=")
         if not sep or not variant or target.count(":") != 1 or not all(target.split(":")):
             raise UsageError(f"--impl '{text}' is not of the form VARIANT=module:function")
         if not any(variant in spec.variants for spec in op_specs):
             raise UsageError(f"--impl names variant '{variant}', which the op does not have")
         external[variant] = target
-    return external
+    return external, sets
 
 
 def plan_sweep(args):
@@ -155,7 +178,7 @@ def plan_sweep(args):
         args.checks = [c for c in EXTRA_CHECKS if not (c == "determinism" and interpreting())]
     elif args.checks != ["none"]:
         _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
-    external = _parse_impls(args.impl, specs)
+    external, sets = _parse_impls(args.impl, specs)
     overrides = {"B": args.B, "T": args.T, "H": args.H, "h0": args.h0, "gate": args.gate, "M": args.M}
     if args.K or args.V:
         overrides["KV"] = list(itertools.product(args.K or args.V, args.V or args.K))
@@ -163,8 +186,15 @@ def plan_sweep(args):
     for spec in specs:
         variants = args.variant or list(spec.variants)
         _check_choices(f"variant of {spec.name}", variants, list(spec.variants))
+        chosen = {v: t for v, t in external.items() if v in variants}
+        for name in sets:
+            theirs = upstream.targets(name, spec.name)
+            variants = [v for v in variants if v in theirs]
+            chosen.update({v: t for v, t in theirs.items() if v in variants})
+        if not variants:
+            raise UsageError(f"{' and '.join(sets)} has none of the variants asked for of {spec.name}")
         try:
-            impls = implementations(spec, variants, {v: t for v, t in external.items() if v in variants})
+            impls = implementations(spec, variants, chosen)
         except ValueError as exc:
             raise UsageError(str(exc).rstrip("."))
         for case in expand(spec.name, args.dtype, preset, overrides, args.seed, spec.uses_slots):
@@ -261,8 +291,42 @@ def _gate_plan_check(ops, impls):
     _parse_impls(impls, specs)
 
 
+def cmd_bench(args) -> int:
+    from harness import bench
+    try:
+        specs = [get_op(name) for name in args.op]
+    except ValueError as exc:
+        raise UsageError(str(exc).rstrip("."))
+    _check_choices("dtype", [args.dtype], list(DTYPES))
+    _check_choices("implementation source", args.impls, ["ours", "fla", "torch"])
+    for axis in ("B", "T", "H", "K", "V", "M"):
+        if getattr(args, axis) < 1:
+            raise UsageError(f"--{axis} must be a positive integer")
+    plan = []
+    for spec in specs:
+        variants = args.variant or list(spec.variants)
+        _check_choices(f"variant of {spec.name}", variants, list(spec.variants))
+        case = Case(op=spec.name, dtype=args.dtype, B=args.B, T=args.T, H=args.H, K=args.K, V=args.V,
+                    h0="none", gate="normal", seed=args.seed, M=args.M if spec.uses_slots else 0)
+        plan.append((spec, case, bench.candidates(spec, variants, args.impls)))
+    if interpreting():
+        print("note: no GPU; these are the Triton interpreter's times, which say nothing about a GPU's")
+    run_id = new_run_id("bench-" + "-".join(args.op))
+    out = args.out or Path("results") / run_id
+    if not args.warm_cache:
+        print(f"Triton cache for first calls: {bench.cold_triton_cache()} (empty)")
+    csv_path = bench.run_bench(plan, out, run_id)
+    from reports.bench import read_bench, render_bench_markdown, write_bench_html
+    df = read_bench([csv_path])
+    html = write_bench_html(df, out / "bench.html", {"run_id": run_id})
+    print(render_bench_markdown(df))
+    print(f"csv {csv_path}; html {html}")
+    ours_failed = (df["impl"] == "ours") & df["message"].str.startswith("ERROR")
+    return 1 if ours_failed.any() else 0
+
+
 COMMANDS = {"list": lambda args: cmd_list(), "sweep": cmd_sweep, "gate": cmd_gate,
-            "report": cmd_report, "repro": cmd_repro}
+            "report": cmd_report, "repro": cmd_repro, "bench": cmd_bench}
 
 
 def main(argv=None) -> int:

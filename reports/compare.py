@@ -140,9 +140,13 @@ def _status(j: pd.DataFrame, vc: pd.Series, in_c: pd.Series, growth_factor: floa
 
 
 def sort_comparison(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows in STATUSES order; within a status by growth, largest first (NaN last), then key."""
+    """Rows in STATUSES order; failures by how far over the bound they are, the rest by growth,
+    largest first (NaN last), then key: a failing golden row at 5x its bound outranks an
+    agreement row that went from 0 to 1.1."""
     rank = table["status"].map({s: i for i, s in enumerate(STATUSES)}).fillna(len(STATUSES))
-    keyed = table.assign(_rank=rank, _g=table["growth"].fillna(-math.inf))
+    failing = table["status"].isin(["new failure", "still failing"])
+    measure = table["ratio_candidate"].where(failing, table["growth"])
+    keyed = table.assign(_rank=rank, _g=measure.fillna(-math.inf))
     keyed = keyed.sort_values(["_rank", "_g", *KEY], ascending=[True, False] + [True] * len(KEY),
                               kind="stable")
     return keyed.drop(columns=["_rank", "_g"]).reset_index(drop=True)

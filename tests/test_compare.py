@@ -295,3 +295,15 @@ def test_demo_csvs_round_trip(tmp_path):
     page = render_compare_html(table)
     assert '<img class="plot"' in page
     _no_external_refs(page)
+
+
+def test_new_failures_rank_by_how_far_over_the_bound_not_by_growth():
+    """An agreement row from 0 to 1.1 (growth inf) must not bury a golden row at 5x its bound."""
+    base = [row(tensor="dw", ratio=0.2), row(tensor="dw", ratio=0.0, check="agreement",
+                                             variant="chunk~fused_recurrent")]
+    cand = [row(tensor="dw", ratio=5.0, verdict="FAIL"),
+            row(tensor="dw", ratio=1.1, verdict="FAIL", check="agreement",
+                variant="chunk~fused_recurrent")]
+    table = compare_runs(frame(*cand), frame(*base))
+    assert list(table["status"]) == ["new failure", "new failure"]
+    assert list(table["check"]) == ["golden", "agreement"]

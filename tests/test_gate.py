@@ -97,3 +97,26 @@ def test_a_device_class_without_a_suite_is_a_usage_error(gate_dir, tmp_path, cap
 def test_suite_arguments_spell_the_sweep_options():
     assert suite_arguments({"dtype": ["fp32", "bf16"], "T": [1, 65], "preset": "cpu"}) == [
         "--dtype", "fp32,bf16", "--T", "1,65", "--preset", "cpu"]
+
+
+def test_report_rerenders_a_run_and_compares_two(gate_dir, tmp_path):
+    run = gate_dir / "first" / "rwkv6" / "results.csv"
+    assert main(["report", str(run), "--html", str(tmp_path / "page.html")]) == 0
+    assert (tmp_path / "page.html").read_text().count("<html") == 1
+    code = main(["report", str(run), "--baseline", str(run), "--html", str(tmp_path / "cmp.html"),
+                 "--markdown", str(tmp_path / "cmp.md")])
+    assert code == 0 and "**PASS**" in (tmp_path / "cmp.md").read_text().splitlines()[0]
+    rows = pd.read_csv(run, dtype=str, keep_default_na=False)
+    worse = rows.copy()
+    worse.loc[(worse["tensor"] == "dv") & (worse["check"] == "golden"), "verdict"] = "FAIL"
+    worse.to_csv(tmp_path / "worse.csv", index=False)
+    assert main(["report", str(tmp_path / "worse.csv"), "--baseline", str(run),
+                 "--html", str(tmp_path / "cmp2.html")]) == 1
+
+
+def test_repro_writes_a_script_and_rejects_a_bad_id(tmp_path, capsys):
+    script = tmp_path / "r.py"
+    assert main(["repro", CASE, "--variant", "fused_recurrent", "--out", str(script)]) == 0
+    assert "fused_recurrent_rwkv6" in script.read_text()
+    assert main(["repro", "rwkv6-bf16-T17", "--out", str(tmp_path / "x.py")]) == 2
+    assert capsys.readouterr().err.startswith("harness: error: 'rwkv6-bf16-T17' is not a case id")

@@ -1,0 +1,55 @@
+"""Implementation sets from elsewhere, run through the same sweeps and checks as ours.
+
+`--impl fla` puts upstream flash-linear-attention's public functions in the place of our variants,
+for every variant fla has. fla's functions take our positional order and keywords; the only
+difference is linear attention, which fla normalises by default (`normalize=True` divides by the
+running sum of q k^T); the op defined here is the unnormalised one, so the adapters pass
+`normalize=False`. fla's `fused_chunk_gla` is a stub that raises (deprecated upstream), so gla's
+fused_chunk has no fla counterpart.
+"""
+from __future__ import annotations
+
+import importlib
+
+FLA = {
+    "linear_attn": {"chunk": "harness.upstream:fla_chunk_linear_attn",
+                    "fused_chunk": "harness.upstream:fla_fused_chunk_linear_attn",
+                    "fused_recurrent": "harness.upstream:fla_fused_recurrent_linear_attn"},
+    "simple_gla": {"chunk": "fla.ops.simple_gla:chunk_simple_gla",
+                   "fused_recurrent": "fla.ops.simple_gla:fused_recurrent_simple_gla"},
+    "gla": {"chunk": "fla.ops.gla:chunk_gla", "fused_recurrent": "fla.ops.gla:fused_recurrent_gla"},
+    "rwkv6": {"chunk": "fla.ops.rwkv6:chunk_rwkv6", "fused_recurrent": "fla.ops.rwkv6:fused_recurrent_rwkv6"},
+    "gsa": {"chunk": "fla.ops.gsa:chunk_gsa", "fused_recurrent": "fla.ops.gsa:fused_recurrent_gsa"},
+}
+SETS = {"fla": FLA}
+
+
+def available(name: str) -> str:
+    """'' when the set's package imports, else why not (one sentence)."""
+    if name == "fla":
+        try:
+            importlib.import_module("fla.ops")
+        except Exception as exc:  # an old fla can fail on import with anything
+            return (f"fla (flash-linear-attention; pip install fla-core) does not import here: "
+                    f"{type(exc).__name__}: {exc}")
+    return ""
+
+
+def targets(name: str, op: str) -> dict:
+    """{variant: 'module:function'} of set `name` for `op` (empty when it has none)."""
+    return dict(SETS[name].get(op, {}))
+
+
+def _linear_attn(function: str):
+    def run(q, k, v, scale=None, initial_state=None, output_final_state=False):
+        fn = getattr(importlib.import_module("fla.ops.linear_attn"), function)
+        return fn(q, k, v, scale=scale, initial_state=initial_state,
+                  output_final_state=output_final_state, normalize=False)
+    run.__name__ = f"fla_{function}"
+    run.__doc__ = f"fla's {function} with normalize=False (the op as defined here)."
+    return run
+
+
+fla_chunk_linear_attn = _linear_attn("chunk_linear_attn")
+fla_fused_chunk_linear_attn = _linear_attn("fused_chunk_linear_attn")
+fla_fused_recurrent_linear_attn = _linear_attn("fused_recurrent_linear_attn")

@@ -1,0 +1,85 @@
+"""`--impl fla`: upstream fla's variants in the place of ours, checked with a stand-in `fla` package
+(fla itself needs a GPU driver to autotune), and the one-line error when fla is missing."""
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+
+from harness import upstream
+from harness.cli import main
+
+STUB = {
+    "fla/__init__.py": "",
+    "fla/ops/__init__.py": "",
+    "fla/ops/gla/__init__.py": """
+        from fla_kernels.ops.gla import chunk_gla, fused_recurrent_gla
+    """,
+    "fla/ops/linear_attn/__init__.py": """
+        from fla_kernels.ops.linear_attn import chunk_linear_attn as _chunk
+
+        def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                              normalize=True):
+            assert normalize is False, "the adapter must ask for the unnormalised op"
+            return _chunk(q, k, v, scale=scale, initial_state=initial_state,
+                          output_final_state=output_final_state)
+    """,
+}
+
+
+@pytest.fixture()
+def stub_fla(tmp_path, monkeypatch):
+    for path, text in STUB.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+        del sys.modules[name]
+
+
+def sweep(tmp_path, op, *extra):
+    out = tmp_path / "out"
+    code = main(["sweep", "--op", op, "--impl", "fla", "--preset", "smoke", "--dtype", "fp32",
+                 "--checks", "none", "--no-golden-cache", "--quiet", "--out", str(out), *extra])
+    return code, pd.read_csv(out / "results.csv")
+
+
+def test_fla_runs_in_place_of_every_variant_it_has(stub_fla, tmp_path):
+    code, rows = sweep(tmp_path, "gla")
+    assert code == 0
+    golden = rows[rows["check"] == "golden"]
+    assert dict(zip(golden["variant"], golden["impl"])) == {
+        "chunk": "fla.ops.gla:chunk_gla", "fused_recurrent": "fla.ops.gla:fused_recurrent_gla"}
+    assert "fused_chunk" not in set(rows["variant"])  # fla's fused_chunk_gla only raises
+
+
+def test_linear_attention_is_called_unnormalised(stub_fla, tmp_path):
+    code, rows = sweep(tmp_path, "linear_attn", "--variant", "chunk")
+    assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
+    assert set(rows["impl"]) == {"harness.upstream:fla_chunk_linear_attn"}
+
+
+def test_asking_for_a_variant_fla_lacks_is_a_usage_error(stub_fla, tmp_path, capsys):
+    code = main(["sweep", "--op", "gla", "--impl", "fla", "--variant", "fused_chunk", "--preset", "smoke",
+                 "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert "fla has none of the variants asked for of gla" in capsys.readouterr().err
+
+
+def test_missing_fla_is_one_line_before_any_kernel(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fla", None)  # import fla raises ImportError
+    code = main(["sweep", "--op", "gla", "--impl", "fla", "--preset", "smoke",
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--impl fla: fla (flash-linear-attention; pip install fla-core) does not import here" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_fla_target_names_a_variant_of_ours():
+    from harness.registry import OPS
+    for op, variants in upstream.FLA.items():
+        assert set(variants) <= set(OPS[op].variants), op
