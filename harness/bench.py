@@ -126,26 +126,33 @@ def measure(c: Candidate, spec: OpSpec, case: Case, inputs) -> list[dict]:
         return rows
     call = functools.partial(c.fn, scale=inputs.scale)
     flops = nominal_flops(spec, case)
-    try:
-        leaves = _leaves(inputs, True)
+
+    def failed(phase, exc):
+        text = str(exc).strip().splitlines()
+        row(phase, message=f"ERROR: {type(exc).__name__}: {text[0] if text else ''}"[:300])
+
+    leaves = _leaves(inputs, True)
+    try:  # the forward is timed even when the backward refuses to run
         start = time.perf_counter()
         o, _ = call(*leaves)
         _sync()
         row("first fwd", (time.perf_counter() - start) * 1e3)
-        start = time.perf_counter()
-        o.backward(inputs.do)
-        _sync()
-        row("first bwd", (time.perf_counter() - start) * 1e3)
         fwd_bytes, both_bytes = nominal_bytes(inputs, o.numel())
         plain = _leaves(inputs, False)
         with torch.no_grad():
             row("fwd", *_timed(lambda: call(*plain)), flops=flops, nbytes=fwd_bytes)
+    except Exception as exc:  # a failed measurement is a row, and the others go on
+        failed("fwd", exc)
+        return rows
+    try:
+        start = time.perf_counter()
+        o.backward(inputs.do)
+        _sync()
+        row("first bwd", (time.perf_counter() - start) * 1e3)
         row("fwd+bwd", *_timed(lambda: call(*leaves)[0].backward(inputs.do)), flops=3 * flops,
             nbytes=both_bytes)
-    except Exception as exc:  # a failed measurement is a row, and the others go on
-        text = str(exc).strip().splitlines()
-        row("fwd" if not rows else "fwd+bwd",
-            message=f"ERROR: {type(exc).__name__}: {text[0] if text else ''}"[:300])
+    except Exception as exc:
+        failed("fwd+bwd", exc)
     return rows
 
 

@@ -24,10 +24,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from .html import _CSS, _JS, _cell, _e, _filters, _shapes, _table
+from .html import _CSS, _JS, _cell, _e, _filters, _shapes, _table, write_page
 from .markdown import md_escape
 from .plots import png_data_uri
-from .results import _to_int, fmt_num, run_meta
+from .results import coerce_columns, fmt_num, run_meta
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -68,22 +68,9 @@ _RAW_NUMERIC = BENCH_INT_COLUMNS + BENCH_FLOAT_COLUMNS
 # -- reading ---------------------------------------------------------------------------------
 
 def coerce_bench(df: pd.DataFrame) -> pd.DataFrame:
-    """A typed copy of `df`: BENCH_COLUMNS first (missing ones added empty), then any extras;
-    B..M nullable Int64, times and throughputs float64, everything else str with "" for
-    missing, so that frames built in memory and frames read from CSV render alike."""
-    out = df.copy()
-    for c in BENCH_COLUMNS:
-        if c not in out.columns:
-            out[c] = np.nan if c in _RAW_NUMERIC else ""
-    for c in out.columns:
-        if c in BENCH_INT_COLUMNS:
-            out[c] = _to_int(out[c].replace("", np.nan))
-        elif c in BENCH_FLOAT_COLUMNS:
-            out[c] = pd.to_numeric(out[c].replace("", np.nan), errors="coerce").astype("float64")
-        else:
-            out[c] = out[c].astype(object).where(out[c].notna(), "").astype(str)
-    extras = [c for c in out.columns if c not in BENCH_COLUMNS]
-    return out[list(BENCH_COLUMNS) + extras].reset_index(drop=True)
+    """A typed copy of `df` (see reports.results.coerce_columns), so that frames built in memory
+    and frames read from CSV render alike."""
+    return coerce_columns(df, BENCH_COLUMNS, BENCH_INT_COLUMNS, BENCH_FLOAT_COLUMNS)
 
 
 def read_bench(paths: Union[PathLike, Iterable[PathLike]]) -> pd.DataFrame:
@@ -511,13 +498,8 @@ def render_bench_html(df: pd.DataFrame, meta: dict | None = None) -> str:
 
 
 def write_bench_html(df: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None) -> str:
-    """Write `render_bench_html(df, meta)` to `path` (via a temp file); returns the path."""
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render_bench_html(df, meta))
-    os.replace(tmp, path)
-    return path
+    """Write `render_bench_html(...)` to `path`; returns the path."""
+    return write_page(render_bench_html(df, meta), path)
 
 
 # -- markdown --------------------------------------------------------------------------------

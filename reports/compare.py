@@ -32,7 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .html import _CSS, _JS, _cell, _e, _filters, _num, _table, ratio_class
+from .html import _CSS, _JS, _cell, _e, _filters, _num, _table, ratio_class, write_page
 from .markdown import md_escape
 from .plots import png_data_uri
 from .results import _typed, fmt_num, run_meta
@@ -405,10 +405,5 @@ def _table_section(table: pd.DataFrame) -> list[str]:
 
 
 def write_compare_html(table: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None) -> str:
-    """Write `render_compare_html(table, meta)` to `path` (via a temp file); returns the path."""
-    path = os.fspath(path)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render_compare_html(table, meta))
-    os.replace(tmp, path)
-    return path
+    """Write `render_compare_html(...)` to `path`; returns the path."""
+    return write_page(render_compare_html(table, meta), path)

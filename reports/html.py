@@ -286,12 +286,17 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
     return "\n".join(out)
 
 
-def write_html(df: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None) -> str:
-    """Write `render_html(df, meta)` to `path` (UTF-8, written to a temp file then renamed);
-    returns the path."""
+def write_page(text: str, path: str | os.PathLike) -> str:
+    """Write a page to `path` (UTF-8, to a temp file then renamed, so a reader never sees half a
+    page); returns the path."""
     path = os.fspath(path)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write(render_html(df, meta))
+        f.write(text)
     os.replace(tmp, path)
     return path
+
+
+def write_html(df: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None) -> str:
+    """Write `render_html(df, meta)` to `path`; returns the path."""
+    return write_page(render_html(df, meta), path)

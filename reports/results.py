@@ -37,26 +37,30 @@ def _to_int(col: pd.Series) -> pd.Series:
     return num.astype("float64")  # not integral after all: keep the values, do not truncate
 
 
-def coerce_results(df: pd.DataFrame) -> pd.DataFrame:
-    """A typed copy of `df`: schema columns first (missing ones added empty), then any extras.
+def coerce_columns(df: pd.DataFrame, columns, int_columns, float_columns) -> pd.DataFrame:
+    """A typed copy of `df`: `columns` first (missing ones added empty), then any extras.
 
     Integer columns become nullable `Int64` (M is empty for ops without slots), float columns
     `float64` with NaN/inf kept, everything else `str` with "" for missing.
     """
     out = df.copy()
-    for c in COLUMNS:
+    for c in columns:
         if c not in out.columns:
-            out[c] = np.nan if c in NUMERIC_COLUMNS else ""
+            out[c] = np.nan if c in int_columns or c in float_columns else ""
     for c in out.columns:
-        if c in INT_COLUMNS:
+        if c in int_columns:
             out[c] = _to_int(out[c].replace("", np.nan))
-        elif c in FLOAT_COLUMNS:
+        elif c in float_columns:
             out[c] = pd.to_numeric(out[c].replace("", np.nan), errors="coerce").astype("float64")
         else:
             out[c] = out[c].astype(object).where(out[c].notna(), "").astype(str)
-    extras = [c for c in out.columns if c not in COLUMNS]
-    out = out[list(COLUMNS) + extras]
-    return out.reset_index(drop=True)
+    extras = [c for c in out.columns if c not in columns]
+    return out[list(columns) + extras].reset_index(drop=True)
+
+
+def coerce_results(df: pd.DataFrame) -> pd.DataFrame:
+    """`coerce_columns` with the result schema's columns and types."""
+    return coerce_columns(df, COLUMNS, INT_COLUMNS, FLOAT_COLUMNS)
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:

@@ -16,15 +16,16 @@ def baseline_like(r, k, v, w, u, scale=None, initial_state=None, output_final_st
                          output_final_state=output_final_state, chunk_size=32, operand_dtype=r.dtype)
 
 
-class _ScaleGrad(torch.autograd.Function):
+class _OnGradient(torch.autograd.Function):
+    """Identity whose backward hands on `transform(gradient)`: a planted gradient bug."""
     @staticmethod
-    def forward(ctx, x, factor):
-        ctx.factor = factor
+    def forward(ctx, x, transform):
+        ctx.transform = transform
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * ctx.factor, None
+        return ctx.transform(grad), None
 
 
 class _RaiseInBackward(torch.autograd.Function):
@@ -39,7 +40,7 @@ class _RaiseInBackward(torch.autograd.Function):
 
 def gate_grad_scaled(r, k, v, w, u, **kw):
     """dw is 0.9 of the truth; everything else is right."""
-    return baseline_like(r, k, v, _ScaleGrad.apply(w, 0.9), u, **kw)
+    return baseline_like(r, k, v, _OnGradient.apply(w, lambda grad: grad * 0.9), u, **kw)
 
 
 def raises_in_backward(r, k, v, w, u, **kw):
@@ -154,22 +155,15 @@ def needs_final_state_gradient(r, k, v, w, u, **kw):
     return (o, None) if ht is None else _NeedsStateGradient.apply(o, ht)
 
 
-class _CoarseGrad(torch.autograd.Function):
-    """Identity whose backward keeps `bits` mantissa bits of the gradient."""
-    @staticmethod
-    def forward(ctx, x, bits):
-        ctx.bits = bits
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        mantissa, exponent = torch.frexp(grad.float())
-        scale = 2.0 ** ctx.bits
-        return torch.ldexp(torch.round(mantissa * scale) / scale, exponent).to(grad.dtype), None
+def _keep_bits(grad, bits=5):
+    """`grad` with `bits` mantissa bits, rounded to nearest."""
+    mantissa, exponent = torch.frexp(grad.float())
+    scale = 2.0 ** bits
+    return torch.ldexp(torch.round(mantissa * scale) / scale, exponent).to(grad.dtype)
 
 
 def chunk_with_coarse_gate_grad(r, k, v, w, u, **kw):
     """Our chunk_rwkv6 with dw kept to 5 mantissa bits, as a kernel change that stores the gate
     gradient through a narrow intermediate would: dw's error grows several-fold, the rest is ours."""
     from fla_kernels.ops.rwkv6 import chunk_rwkv6
-    return chunk_rwkv6(r, k, v, _CoarseGrad.apply(w, 5), u, **kw)
+    return chunk_rwkv6(r, k, v, _OnGradient.apply(w, _keep_bits), u, **kw)

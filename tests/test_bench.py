@@ -50,3 +50,17 @@ def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not (tmp_path / "b").exists()
+
+
+def test_a_backward_that_refuses_still_has_its_forward_timed():
+    from harness.bench import Candidate, measure
+    from harness.inputs import make_inputs
+    from harness.registry import load_function
+    spec = OPS["rwkv6"]
+    case = Case("rwkv6", "fp32", 1, 8, 1, 8, 8, "none", "normal", 0)
+    c = Candidate("fla", "chunk", "tests.implementations:raises_in_backward",
+                  fn=load_function("tests.implementations:raises_in_backward"))
+    rows = {r["phase"]: r for r in measure(c, spec, case, make_inputs(spec, case, "cpu"))}
+    assert rows["fwd"]["median_ms"] > 0 and rows["first fwd"]["median_ms"] > 0
+    assert rows["fwd+bwd"]["median_ms"] is None
+    assert rows["fwd+bwd"]["message"] == "ERROR: RuntimeError: planted failure in backward"
