@@ -94,6 +94,23 @@ def test_segment_by_segment_training_with_detached_state():
     assert all(not torch.equal(p, before[name]) for name, p in layer.named_parameters())
 
 
+@pytest.mark.parametrize("cls,mode", LAYERS, ids=[f"{c.__name__}-{m}" for c, m in LAYERS])
+def test_training_with_the_states_detached_in_place(cls, mode):
+    """The other way users cut the graph: `detach_()` on every tensor of `cache.states` after each
+    segment's backward. The states a kernel returns must be tensors of their own (a view cannot be
+    detached in place), and backward must not need them afterwards."""
+    layer, x = make(cls, mode), inputs(T=30)
+    cache = Cache.from_legacy_cache([layer.init_state(2)])
+    for t0 in (0, 10, 20):
+        y, _, cache = layer(x[:, t0:t0 + 10], use_cache=True, past_key_values=cache)
+        y.pow(2).mean().backward()
+        for state in cache.states:
+            for tensor in state if isinstance(state, tuple) else (state,):
+                tensor.detach_()
+                assert not tensor.requires_grad
+    assert all(p.grad.isfinite().all() for p in layer.parameters())
+
+
 def test_bad_mode_and_padding_mask_are_refused():
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         LinearAttention(hidden_size=HIDDEN, num_heads=HEADS, mode="fast")
