@@ -169,11 +169,13 @@ def run_gate(args, plan_check, echo=print) -> int:
     floor = config.ratio_floor if args.ratio_floor is None else args.ratio_floor
     if args.jobs < 1:
         raise GateSetupError("--jobs must be at least 1")
+    if args.update_baseline and args.impl:
+        raise GateSetupError("a baseline is written from our kernels; drop --impl with --update-baseline")
     for path in args.results or []:
         if not path.exists():
             raise GateSetupError(f"no results file {path}")
-    finished = read_results(args.results) if args.results else None
-    selection = _selection(args, list(OPS), None if finished is None else set(finished["op"]))
+    given = read_results(args.results) if args.results else None
+    selection = _selection(args, list(OPS), None if given is None else set(given["op"]))
     plan_check(selection.ops, args.impl)
     out = args.out or Path("results") / new_run_id(f"gate-{klass}")
     summary_path = args.summary or out / "gate-summary.md"
@@ -186,8 +188,8 @@ def run_gate(args, plan_check, echo=print) -> int:
     baselines = {} if args.update_baseline else baseline_paths(directory, klass, selection.ops)
     echo(f"gate on '{klass}': {selection.describe()}", flush=True)
     crashed = []
-    if finished is not None:
-        candidate = finished[finished["op"].isin(selection.ops)]
+    if given is not None:
+        candidate = given[given["op"].isin(selection.ops)]
     else:
         echo(f"sweeping {len(selection.ops)} op(s), {args.jobs} at a time, into {out}", flush=True)
         cache_args = ["--no-golden-cache"] if args.no_golden_cache else []

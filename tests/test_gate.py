@@ -79,6 +79,8 @@ def test_a_change_that_moves_no_number_gates_nothing(gate_dir, tmp_path):
     (["--results", "missing.csv"], "no results file missing.csv"),
     (["--op", "rwkv6", "--base", "HEAD"], "not allowed with argument"),
     (["--op", "rwkv6", "--jobs", "0"], "--jobs must be at least 1"),
+    (["--op", "rwkv6", "--update-baseline", "--impl", "chunk=tests.implementations:baseline_like"],
+     "a baseline is written from our kernels"),
 ])
 def test_usage_errors_exit_2_in_one_line_before_any_sweep(gate_dir, tmp_path, capsys, extra, message):
     code, _ = gate(gate_dir, tmp_path, *extra)
