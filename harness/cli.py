@@ -238,7 +238,7 @@ def cmd_sweep(args) -> int:
 
 def cmd_report(args) -> int:
     from reports import read_results, render_markdown, write_html
-    from reports.compare import BAD_STATUSES, compare_runs, render_compare_markdown, write_compare_html
+    from reports.compare import compare_runs, compare_verdict, render_compare_markdown, write_compare_html
     for path in args.csv + (args.baseline or []):
         if not path.exists():
             raise UsageError(f"no results file {path}")
@@ -249,7 +249,7 @@ def cmd_report(args) -> int:
         html = args.html or args.csv[0].parent / "compare.html"
         write_compare_html(table, html, meta)
         markdown = render_compare_markdown(table, meta)
-        bad = table["status"].isin(BAD_STATUSES).any()
+        bad = compare_verdict(table) == "FAIL"
     else:
         html = args.html or args.csv[0].parent / "report.html"
         write_html(df, html, {"sources": ", ".join(map(str, args.csv))})

@@ -159,7 +159,7 @@ def run_gate(args, plan_check, echo=print) -> int:
     from harness.environment import new_run_id
     from harness.registry import OPS
     from reports import read_results
-    from reports.compare import BAD_STATUSES, compare_runs, render_compare_markdown, write_compare_html
+    from reports.compare import compare_runs, compare_verdict, render_compare_markdown, write_compare_html
 
     directory = args.baseline_dir or BASELINE_DIR
     config = GateConfig.load(directory)
@@ -211,4 +211,4 @@ def run_gate(args, plan_check, echo=print) -> int:
     write_compare_html(table, out / "compare.html", meta)
     echo(markdown)
     echo(f"summary {summary_path}; comparison page {out / 'compare.html'}")
-    return 1 if table["status"].isin(BAD_STATUSES).any() or crashed else 0
+    return 1 if compare_verdict(table) == "FAIL" or crashed else 0

@@ -9,23 +9,29 @@ from fla_kernels.layers.cache import Cache
 
 
 class RecurrentAttention(nn.Module):
-    """A layer over one op family. Subclasses set `MODES` ({mode: kernel}), build their projections
-    and define `kernel_inputs(x)` (the op's positional tensors, [B, T, H, *]), `state_shapes()` and,
+    """A layer over one op family. Subclasses set `MODES` ({mode: kernel}), add the projections
+    beyond query, key and value, and define `kernel_inputs(x)` (the op's positional tensors, [B, T, H, *]), `state_shapes()` and,
     if they gate the output, `output_gate(x)`."""
 
     MODES: dict = {}
 
-    def __init__(self, hidden_size: int, num_heads: int, head_k_dim: int, head_v_dim: int,
-                 mode: str, layer_idx: int | None):
+    def __init__(self, hidden_size: int, num_heads: int, expand_k: float, expand_v: float,
+                 mode: str, layer_idx: int | None, query: str = "q"):
+        """Key and value widths are hidden_size * expand_k (expand_v), split over the heads; the
+        query, key and value projections are `<query>_proj`, `k_proj`, `v_proj`."""
         super().__init__()
         if mode not in self.MODES:
             raise ValueError(f"{type(self).__name__}: unknown mode '{mode}'; choose from "
                              f"{', '.join(self.MODES)}.")
+        self.key_dim, self.value_dim = round(hidden_size * expand_k), round(hidden_size * expand_v)
         self.hidden_size, self.num_heads = hidden_size, num_heads
-        self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
+        self.head_k_dim, self.head_v_dim = self.key_dim // num_heads, self.value_dim // num_heads
         self.mode, self.layer_idx = mode, 0 if layer_idx is None else layer_idx
         self.kernel = self.MODES[mode]  # any function with the op's public signature can stand in
-        self.o_proj = nn.Linear(num_heads * head_v_dim, hidden_size, bias=False)
+        self.o_proj = nn.Linear(num_heads * self.head_v_dim, hidden_size, bias=False)
+        setattr(self, f"{query}_proj", nn.Linear(hidden_size, self.key_dim, bias=False))
+        self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
 
     def heads(self, x: torch.Tensor, dim: int) -> torch.Tensor:
         """[B, T, H * dim] -> [B, T, H, dim]."""

@@ -16,13 +16,8 @@ class GatedSlotAttention(RecurrentAttention):
     def __init__(self, hidden_size: int = 256, num_heads: int = 4, num_slots: int = 64,
                  expand_k: float = 1.0, expand_v: float = 1.0, gate_logit_normalizer: float = 8.0,
                  mode: str = "chunk", layer_idx: int | None = None):
-        key_dim, value_dim = round(hidden_size * expand_k), round(hidden_size * expand_v)
-        super().__init__(hidden_size, num_heads, key_dim // num_heads, value_dim // num_heads, mode,
-                         layer_idx)
+        super().__init__(hidden_size, num_heads, expand_k, expand_v, mode, layer_idx)
         self.num_slots, self.gate_logit_normalizer = num_slots, gate_logit_normalizer
-        self.q_proj = nn.Linear(hidden_size, key_dim, bias=False)
-        self.k_proj = nn.Linear(hidden_size, key_dim, bias=False)
-        self.v_proj = nn.Linear(hidden_size, value_dim, bias=False)
         self.f_proj = nn.Linear(hidden_size, num_heads * num_slots, bias=False)
 
     def kernel_inputs(self, x):

@@ -15,14 +15,9 @@ class RWKV6Attention(RecurrentAttention):
 
     def __init__(self, hidden_size: int = 256, num_heads: int = 4, expand_k: float = 0.5,
                  expand_v: float = 1.0, mode: str = "chunk", layer_idx: int | None = None):
-        key_dim, value_dim = round(hidden_size * expand_k), round(hidden_size * expand_v)
-        super().__init__(hidden_size, num_heads, key_dim // num_heads, value_dim // num_heads, mode,
-                         layer_idx)
-        self.r_proj = nn.Linear(hidden_size, key_dim, bias=False)
-        self.k_proj = nn.Linear(hidden_size, key_dim, bias=False)
-        self.v_proj = nn.Linear(hidden_size, value_dim, bias=False)
-        self.w_proj = nn.Linear(hidden_size, key_dim, bias=True)
-        self.g_proj = nn.Linear(hidden_size, value_dim, bias=False)
+        super().__init__(hidden_size, num_heads, expand_k, expand_v, mode, layer_idx, query="r")
+        self.w_proj = nn.Linear(hidden_size, self.key_dim, bias=True)
+        self.g_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
         self.bonus = nn.Parameter(torch.randn(num_heads, self.head_k_dim) * 0.1)
 
     def kernel_inputs(self, x):
