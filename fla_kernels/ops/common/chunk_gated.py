@@ -13,11 +13,12 @@ chunk's total:
     A_ij = sum_d q_id k_jd exp(pre_id - pre+_jd)   (j < i; pre+ the inclusive prefix)
     A_ii = sum_d q_id k_id (gla)   or   sum_d q_id u_d k_id (rwkv6)
     h_{c+1} = diag(exp(tot)) h_c + (k * exp(suf))^T v
-A is built from sub-chunks of BC = 16 rows. The block of rows I and columns J < I is the product
-(q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T, with pre_I, suf_J the gate sums inside the
-sub-chunks I, J and `between` the sums of the sub-chunks between them: the reference point is the
-sub-chunk boundary, so both exponents are <= 0. Diagonal blocks are summed element-wise with
-exponent pre_i - pre+_j inside one sub-chunk. Every exponent is a sum of non-positive stored gate
+A is built from sub-chunks of BC = 16 rows. The rows of sub-chunk I left of its diagonal block are
+one product (q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T over the rows of every earlier
+sub-chunk J, with pre_I, suf_J the gate sums inside the sub-chunks I, J and `between` the sums of
+the sub-chunks between them: the reference point is the start of I, so both exponents are <= 0.
+Diagonal blocks are summed element-wise, every pair at once, with exponent pre_i - pre+_j inside
+one sub-chunk. Every exponent is a sum of non-positive stored gate
 sums (see chunk_state.py), never a difference of two chunk-wide cumulative sums: nothing overflows,
 and strong decays keep their precision.
 
@@ -45,6 +46,12 @@ from fla_kernels.utils import dots_in_fp32, store_dtype
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
+# Launch settings measured on the H100 (B=8, T=2048, H=16, K=V=128, bf16; benchmarks/tuning.md):
+# the intra-chunk score kernel holds [BC, BC, BK] pair tiles, fastest with narrow K-blocks and two
+# warps; the intra-chunk backward with 64-wide blocks and four; two pipeline stages for the others.
+INTRA_A = dict(BK_CAP=16, num_warps=2)
+INTRA_BWD = dict(BK_CAP=64, num_warps=4)
+TWO_STAGES = dict(num_warps=4, num_stages=2)
 
 TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
@@ -69,13 +76,51 @@ def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: t
 
 
 @triton.jit
-def _between(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k,
-             BC: tl.constexpr, J: tl.constexpr, I: tl.constexpr):
-    """[BK] sum of the gate over the sub-chunks strictly between sub-chunks J and I."""
-    b_sum = tl.zeros([BK], dtype=tl.float32)
-    for i_s in tl.static_range(J + 1, I):
-        b_sum += block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)
-    return b_sum
+def sub_chunk_gates(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                    BC: tl.constexpr, BK: tl.constexpr, i_k, i_i, FROM_EXCLUSIVE: tl.constexpr):
+    """(to_i, from_i), [BT, BK] gate sums of the chunk at c0 relative to its sub-chunk i_i.
+
+    Rows j of earlier sub-chunks: to_i[j] = the sum of g after row j up to the start of
+    sub-chunk i_i (its own sub-chunk's suffix plus the totals of the sub-chunks in between).
+    Rows l of later sub-chunks: from_i[l] = the sum of g after sub-chunk i_i up to row l
+    (inclusive, or exclusive with FROM_EXCLUSIVE). Other rows hold meaningless values <= 0 that
+    callers mask. Each is a sum of stored non-positive block sums, added in the same order as
+    any other kernel adds them.
+    """
+    blk = (tl.arange(0, BT) // BC)[:, None]
+    between_to = tl.zeros([BT, BK], dtype=tl.float32)
+    between_from = tl.zeros([BT, BK], dtype=tl.float32)
+    for i_s in tl.static_range(BT // BC):
+        b_tot = block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)[None, :]
+        between_to += tl.where((blk < i_s) & (i_s < i_i), b_tot, 0.0)
+        between_from += tl.where((blk > i_s) & (i_s > i_i), b_tot, 0.0)
+    to_i = load_suffix(Q, base, c0, T, H, K, BT, BK, i_k) + between_to
+    from_i = load_prefix(P, base, c0, T, H, K, BT, BK, i_k, BC, FROM_EXCLUSIVE) + between_from
+    return to_i, from_i
+
+
+@triton.jit
+def diag_gates(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+               BK: tl.constexpr, i_k, ROW_EXCLUSIVE: tl.constexpr, SKIP: tl.constexpr,
+               MASKED: tl.constexpr):
+    """E [BC, BC, BK]: exp(pre_i - pre+_j) for the pairs (i, j) of the gate block at t0.
+
+    pre_i is row i's block-local prefix (exclusive with ROW_EXCLUSIVE), pre+_j column j's
+    inclusive one: for j < i a difference inside one block, <= 0, never factored, so nothing
+    overflows. MASKED: 0 unless j < i - SKIP; otherwise the clamp makes those pairs 1 and the
+    caller masks the [BC, BC] result (the cheaper choice for the forward scores, not for the
+    backward's two sums; measured on the H100). Every pair at once, in registers: no loop of
+    dependent row loads.
+    """
+    b_pre = load_prefix(P, base, t0, T, H, K, BC, BK, i_k, BC, ROW_EXCLUSIVE)
+    b_prej = load_prefix(P, base, t0, T, H, K, BC, BK, i_k, BC, False)
+    diff = b_pre[:, None, :] - b_prej[None, :, :]
+    if MASKED:
+        o_i = tl.arange(0, BC)
+        m = (o_i[:, None] > o_i[None, :] + SKIP)[:, :, None]
+        return tl.where(m, exp_nonpos(tl.where(m, diff, 0.0)), 0.0)
+    else:
+        return exp_nonpos(diff)
 
 
 @triton.jit
@@ -108,48 +153,42 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """A [B, H, T, BT] float32: the intra-chunk scores, on and below the diagonal.
 
-    One program per (chunk, b*h) fills the [BC, BC] blocks (I, J <= I) of its
-    chunk's [BT, BT] score matrix. Below the diagonal: a dot over K of
-    q_I * exp(pre_I) and k_J * exp(suf_J + between), both exponents <= 0. On
-    the diagonal: element-wise, one column j at a time (i > j), with exponent
-    pre_i - pre+_j inside the sub-chunk, plus the gate-free i = j term
-    sum_d q_id k_id (times u_d for rwkv6).
+    One program per (sub-chunk I, chunk, b*h) fills the rows of sub-chunk I. Left of its
+    diagonal block: one dot over K of q_I * exp(pre_I) and k * exp(to_I) (`sub_chunk_gates`),
+    both exponents <= 0. The diagonal block: element-wise over every pair at once
+    (`diag_gates`), plus the gate-free i = j term sum_d q_id k_id (times u_d for rwkv6).
     """
-    i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_i, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     base = (i_b * T * H + i_h) * K
     c0 = i_c * BT
-    NK = tl.cdiv(K, BK)
-    for i_i in tl.static_range(BT // BC):
-        t_i = c0 + i_i * BC
-        for i_j in tl.static_range(i_i):
-            t_j = c0 + i_j * BC
-            b_A = tl.zeros([BC, BC], dtype=tl.float32)
-            for i_k in range(NK):
-                b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
-                b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-                b_k = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
-                b_suf = load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
-                b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_j, i_i)
-                b_qg = b_q * exp_nonpos(b_pre)
-                b_kg = b_k * exp_nonpos(b_suf + b_btw[None, :])
-                b_A += mma(b_qg, tl.trans(b_kg), FP32_DOT, OPERAND_DTYPE)
-            p_A, m_A = _score_block(A, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
-            tl.store(p_A, b_A, mask=m_A)
-        b_A = tl.zeros([BC, BC], dtype=tl.float32)
-        for i_k in range(NK):
-            o_d = i_k * BK + tl.arange(0, BK)
-            b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
-            b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+    t_i = c0 + i_i * BC
+    o_i = tl.arange(0, BC)
+    b_A = tl.zeros([BC, BT], dtype=tl.float32)
+    b_Ad = tl.zeros([BC, BC], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_d = i_k * BK + tl.arange(0, BK)
+        b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+        b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+        if i_i > 0:
             b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-            if READS_PREVIOUS:
-                b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
-                b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
-            else:
-                b_diag = tl.sum(b_q * b_k, axis=1)
-            b_A += diag_block_scores(b_q, b_pre, b_diag, k, P, base, t_i, T, H, K, BC, BK, i_k)
-        p_A, m_A = _score_block(A, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
-        tl.store(p_A, b_A, mask=m_A)
+            b_kc = load_rows(k, base, c0, T, H, K, BT, BK, i_k)
+            b_to, _ = sub_chunk_gates(P, Q, base, c0, T, H, K, BT, BC, BK, i_k, i_i, READS_PREVIOUS)
+            b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_kc * exp_nonpos(b_to)), FP32_DOT,
+                       OPERAND_DTYPE)
+        if READS_PREVIOUS:
+            b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
+            b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
+        else:
+            b_diag = tl.sum(b_q * b_k, axis=1)
+        b_E = diag_gates(P, base, t_i, T, H, K, BC, BK, i_k, READS_PREVIOUS, 0, False)
+        b_s = tl.sum(b_q[:, None, :] * b_k[None, :, :] * b_E, axis=2)
+        b_Ad += tl.where(o_i[:, None] > o_i[None, :], b_s,
+                         tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0))
+    p_A, m_A = _score_block(A, i_bh, T, t_i, 0, BC, BT, BT, False)
+    tl.store(p_A, b_A, mask=m_A & (tl.arange(0, BT) < i_i * BC)[None, :])
+    p_A, m_A = _score_block(A, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
+    tl.store(p_A, b_Ad, mask=m_A)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -281,12 +320,14 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       BK: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
                       OPERAND_DTYPE: tl.constexpr):
-    """Intra-chunk parts of dq, dk, the gate-free terms and (rwkv6) du, per (K-block, chunk, b*h).
+    """Intra-chunk parts of dq, dk, the gate-free terms and (rwkv6) du of the rows of one
+    sub-chunk I, per (K-block and sub-chunk, chunk, b*h).
 
     dq_i += sum_{j < i} dA_ij k_j exp(pre_i - pre+_j) and
-    dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): blocks off the sub-chunk
-    diagonal as dots (exp(pre_I) factored out of the dq sums, exp(suf_J) out of
-    the dk sums), diagonal blocks element-wise.
+    dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): the pairs with the other
+    sub-chunks as one dot each (exp(pre_I) factored out of the dq sums, exp(suf_I)
+    out of the dk sums; `sub_chunk_gates`), the diagonal block element-wise
+    (`diag_gates`). The dots take `mma_split` operands: see its docstring.
 
     dg comes from chunk_gate_grad, whose sums over the chunk cancel every term
     that carries no gate: a pair (i, j) with an empty gate product adds
@@ -299,112 +340,84 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     pairs j = i - 1 and the first row's read of h_c (dq_first), and the last
     row's own path into the leaving state (dk_last, also taken out of the
     boundary term). dq and dk, in the inputs' dtype, add them back.
-    du_part[b, c, h] = sum_i dA_ii q_i k_i (rwkv6).
+    du_part[b, c * BT / BC + I, h] = sum_{i in I} dA_ii q_i k_i (rwkv6).
     """
-    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    NC: tl.constexpr = BT // BC
+    i_ki, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_i = i_ki // NC, i_ki % NC
     i_b, i_h = i_bh // H, i_bh % H
     base = (i_b * T * H + i_h) * K
     c0 = i_c * BT
     last = tl.minimum(c0 + BT, T) - 1
     o_i = tl.arange(0, BC)
+    o_t = tl.arange(0, BT)
     o_d = i_k * BK + tl.arange(0, BK)
     m_d = o_d < K
     b_dk_last = tl.load(dk_last + (i_bh * NT + i_c) * K + o_d, mask=m_d, other=0)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_d, mask=m_d, other=0).to(tl.float32)
         b_dq_first = tl.load(dq_first + (i_bh * NT + i_c) * K + o_d, mask=m_d, other=0)
-    # rwkv6's neighbour pair (first row of I, last row of I - 1) sits in a corner of an off-diagonal block
-    corner = (o_i[:, None] == 0) & (o_i[None, :] == BC - 1)
-    corner_t = (o_i[:, None] == BC - 1) & (o_i[None, :] == 0)
-    b_du = tl.zeros([BK], dtype=tl.float32)
-    for i_i in tl.static_range(BT // BC):
-        t_i = c0 + i_i * BC
-        t = t_i + o_i
-        b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
-        b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
-        b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-        b_prei = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
-        b_suf = load_suffix(Q, base, t_i, T, H, K, BC, BK, i_k)
-        p_dA = dA + (i_bh * T + t.to(tl.int64)) * BT
-        b_dA_diag = tl.load(p_dA + (t - c0), mask=t < T, other=0)
+        SKIP: tl.constexpr = 1  # rwkv6's neighbour pairs j = i - 1 carry no gate
+    else:
+        SKIP: tl.constexpr = 0
+    t_i = c0 + i_i * BC
+    t = t_i + o_i
+    b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+    b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+    b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+    b_suf = load_suffix(Q, base, t_i, T, H, K, BC, BK, i_k)
+    p_dA = dA + (i_bh * T + t.to(tl.int64)) * BT
+    b_dA_diag = tl.load(p_dA + (t - c0), mask=t < T, other=0)
+    b_to, b_from = sub_chunk_gates(P, Q, base, c0, T, H, K, BT, BC, BK, i_k, i_i, READS_PREVIOUS)
 
-        # dq of rows I through the state: blocks J < I, then the diagonal block
-        b_dq = tl.zeros([BC, BK], dtype=tl.float32)
-        for i_j in tl.static_range(i_i):
-            t_j = c0 + i_j * BC
-            p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
-            b_dA = tl.load(p_blk, mask=m_blk, other=0)
-            if READS_PREVIOUS:
-                if i_j == i_i - 1:
-                    b_dA = tl.where(corner, 0.0, b_dA)
-            b_kj = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
-            b_sufj = load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
-            b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_j, i_i)
-            b_dq += mma_split(b_dA, b_kj * exp_nonpos(b_sufj + b_btw[None, :]), FP32_DOT)
-        b_dq *= exp_nonpos(b_pre)
-        for j in range(BC):
-            if READS_PREVIOUS:
-                m_col = (t < T) & (o_i > j + 1)
-            else:
-                m_col = (t < T) & (o_i > j)
-            b_dA_col = tl.load(p_dA + i_i * BC + j, mask=m_col, other=0)
-            b_k_row = load_row(k, base, t_i + j, T, H, K, BK, i_k)
-            b_prej = load_prefix_row(P, base, t_i + j, T, H, K, BK, i_k, BC, False)
-            b_dq += b_dA_col[:, None] * b_k_row[None, :] * exp_nonpos(b_pre - b_prej[None, :])
+    # rows I through the state, from the sub-chunks before I (dq) and after I (dk): one dot each
+    # over the chunk's rows, dA masked to those sub-chunks and to pairs that carry a gate
+    p_blk, m_blk = _score_block(dA, i_bh, T, t_i, 0, BC, BT, BT, False)
+    m_blk &= (o_t[None, :] < i_i * BC) & (o_t[None, :] + SKIP < (t - c0)[:, None])
+    b_dA = tl.load(p_blk, mask=m_blk, other=0)
+    b_kc = load_rows(k, base, c0, T, H, K, BT, BK, i_k)
+    b_dq = mma_split(b_dA, b_kc * exp_nonpos(b_to), FP32_DOT) * exp_nonpos(b_pre)
+    p_blk, m_blk = _score_block(dA, i_bh, T, c0, i_i * BC, BT, BC, BT, True)
+    m_blk &= (o_t[None, :] >= (i_i + 1) * BC) & (o_t[None, :] > i_i * BC + o_i[:, None] + SKIP)
+    b_dAt = tl.load(p_blk, mask=m_blk, other=0)
+    b_qc = load_rows(q, base, c0, T, H, K, BT, BK, i_k)
+    b_dk = mma_split(b_dAt, b_qc * exp_nonpos(b_from), FP32_DOT) * exp_nonpos(b_suf)
 
-        # dk of rows J = I through the state: blocks I' > J, then the diagonal block
-        b_dk = tl.zeros([BC, BK], dtype=tl.float32)
-        for i_l in tl.static_range(i_i + 1, BT // BC):
-            t_l = c0 + i_l * BC
-            p_blk, m_blk = _score_block(dA, i_bh, T, t_l, i_i * BC, BC, BC, BT, True)
-            b_dAt = tl.load(p_blk, mask=m_blk, other=0)
-            if READS_PREVIOUS:
-                if i_l == i_i + 1:
-                    b_dAt = tl.where(corner_t, 0.0, b_dAt)
-            b_ql = load_rows(q, base, t_l, T, H, K, BC, BK, i_k)
-            b_prel = load_prefix(P, base, t_l, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-            b_btw = _between(P, base, c0, T, H, K, BK, i_k, BC, i_i, i_l)
-            b_dk += mma_split(b_dAt, b_ql * exp_nonpos(b_prel + b_btw[None, :]), FP32_DOT)
-        b_dk *= exp_nonpos(b_suf)
-        for i in range(BC):
-            p_row = dA + (i_bh * T + (t_i + i).to(tl.int64)) * BT + i_i * BC + o_i
-            if READS_PREVIOUS:
-                m_row = o_i < tl.where(t_i + i < T, i - 1, 0)
-            else:
-                m_row = o_i < tl.where(t_i + i < T, i, 0)
-            b_dA_row = tl.load(p_row, mask=m_row, other=0)
-            b_qi = load_row(q, base, t_i + i, T, H, K, BK, i_k)
-            b_prei_row = load_prefix_row(P, base, t_i + i, T, H, K, BK, i_k, BC, READS_PREVIOUS)
-            b_dk += b_dA_row[:, None] * b_qi[None, :] * exp_nonpos(b_prei_row[None, :] - b_prei)
+    # the diagonal block, every pair at once: dq_i += sum_j dA_ij k_j E_ij, dk_j += sum_i dA_ij q_i E_ij
+    p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
+    b_dAd = tl.load(p_blk, mask=m_blk, other=0)[:, :, None]
+    b_E = diag_gates(P, base, t_i, T, H, K, BC, BK, i_k, READS_PREVIOUS, SKIP, True)
+    b_dq += tl.sum(b_dAd * b_k[None, :, :] * b_E, axis=1)
+    b_dk += tl.sum(b_dAd * b_q[:, None, :] * b_E, axis=0)
 
-        b_dqs = load_rows(dqs, base, t_i, T, H, K, BC, BK, i_k) + b_dq
-        b_dks = load_rows(dks, base, t_i, T, H, K, BC, BK, i_k) + b_dk
-        store_rows(dqs, b_dqs, base, t_i, T, H, K, BC, BK, i_k)
-        store_rows(dks, b_dks, base, t_i, T, H, K, BC, BK, i_k)
+    b_dqs = load_rows(dqs, base, t_i, T, H, K, BC, BK, i_k) + b_dq
+    b_dks = load_rows(dks, base, t_i, T, H, K, BC, BK, i_k) + b_dk
+    store_rows(dqs, b_dqs, base, t_i, T, H, K, BC, BK, i_k)
+    store_rows(dks, b_dks, base, t_i, T, H, K, BC, BK, i_k)
 
-        # the gate-free terms
-        b_dk_free = tl.where((t == last)[:, None], b_dk_last[None, :], 0.0)
-        if READS_PREVIOUS:
-            # neighbour pairs, the first row's read of h_c, the u bonus
-            m_prev = (t > c0) & (t < T)
-            b_dA_prev = tl.load(p_dA + (t - 1 - c0), mask=m_prev, other=0)
-            b_dq_free = b_dA_prev[:, None] * gather_rows(k, base, t - 1, m_prev, H, K, BK, i_k)
-            b_dq_free += tl.where((t == c0)[:, None], b_dq_first[None, :], 0.0)
-            m_next = t < last
-            b_dA_next = tl.load(p_dA + BT + (t - c0), mask=m_next, other=0)
-            b_dk_free += b_dA_next[:, None] * gather_rows(q, base, t + 1, m_next, H, K, BK, i_k)
-            b_diag = b_dA_diag[:, None] * b_u[None, :]
-            b_dq_free += b_diag * b_k
-            b_dk_free += b_diag * b_q
-            b_du += tl.sum(b_dA_diag[:, None] * b_q * b_k, axis=0)
-        else:
-            # the diagonal pairs
-            b_dq_free = b_dA_diag[:, None] * b_k
-            b_dk_free += b_dA_diag[:, None] * b_q
-        store_rows(dq, b_dqs + b_dq_free, base, t_i, T, H, K, BC, BK, i_k)
-        store_rows(dk, b_dks + b_dk_free, base, t_i, T, H, K, BC, BK, i_k)
+    # the gate-free terms
+    b_dk_free = tl.where((t == last)[:, None], b_dk_last[None, :], 0.0)
     if READS_PREVIOUS:
-        tl.store(du_part + ((i_b * NT + i_c) * H + i_h) * K + o_d, b_du, mask=m_d)
+        # neighbour pairs, the first row's read of h_c, the u bonus
+        m_prev = (t > c0) & (t < T)
+        b_dA_prev = tl.load(p_dA + (t - 1 - c0), mask=m_prev, other=0)
+        b_dq_free = b_dA_prev[:, None] * gather_rows(k, base, t - 1, m_prev, H, K, BK, i_k)
+        b_dq_free += tl.where((t == c0)[:, None], b_dq_first[None, :], 0.0)
+        m_next = t < last
+        b_dA_next = tl.load(p_dA + BT + (t - c0), mask=m_next, other=0)
+        b_dk_free += b_dA_next[:, None] * gather_rows(q, base, t + 1, m_next, H, K, BK, i_k)
+        b_diag = b_dA_diag[:, None] * b_u[None, :]
+        b_dq_free += b_diag * b_k
+        b_dk_free += b_diag * b_q
+        b_du = tl.sum(b_dA_diag[:, None] * b_q * b_k, axis=0)
+    else:
+        # the diagonal pairs
+        b_dq_free = b_dA_diag[:, None] * b_k
+        b_dk_free += b_dA_diag[:, None] * b_q
+    store_rows(dq, b_dqs + b_dq_free, base, t_i, T, H, K, BC, BK, i_k)
+    store_rows(dk, b_dks + b_dk_free, base, t_i, T, H, K, BC, BK, i_k)
+    if READS_PREVIOUS:
+        tl.store(du_part + (((i_b * NT + i_c) * NC + i_i) * H + i_h) * K + o_d, b_du, mask=m_d)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -418,6 +431,8 @@ class _Launch:
         self.NT = triton.cdiv(self.T, BT)
         self.BK, self.BV = block_size(self.K), block_size(self.V)
         self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
+        self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
         self.reads_previous = bool(reads_previous)
         self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
 
@@ -425,9 +440,9 @@ class _Launch:
 def _intra_scores(L, q, k, gates, u):
     """A [B, H, T, BT] float32 (only its lower triangle is meaningful)."""
     A = torch.empty(L.B, L.H, L.T, BT, dtype=torch.float32, device=q.device)
-    _intra_A_kernel[(L.NT, L.B * L.H)](q, k, *gates, q if u is None else u, A, L.T, L.H, L.K,
-                                       BT=BT, BC=BC, BK=L.BK, READS_PREVIOUS=L.reads_previous,
-                                       **L.dots)
+    _intra_A_kernel[(BT // BC, L.NT, L.B * L.H)](
+        q, k, *gates, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
+        READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], **L.dots)
     return A
 
 
@@ -449,7 +464,7 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
         q, v, *gates, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK,
-        BV=L.BV, READS_PREVIOUS=L.reads_previous, **L.dots)
+        BV=L.BV, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     return o.to(v.dtype), states
 
 
@@ -468,7 +483,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _bwd_dv_kernel[grid_v](k, *gates, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
-                           BT=BT, BC=BC, BK=L.BK, BV=L.BV, **L.dots)
+                           BT=BT, BC=BC, BK=L.BK, BV=L.BV, **TWO_STAGES, **L.dots)
     dqs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=q.device)
     dks = torch.empty_like(dqs)
     boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)
@@ -476,13 +491,14 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     dq_first = torch.empty_like(boundary) if L.reads_previous else dk_last
     _bwd_inter_kernel[grid_k](k, v, *gates, do, states, dh, dqs, dks, dq_first, dk_last, boundary,
                               scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK, BV=L.BV,
-                              READS_PREVIOUS=L.reads_previous, **L.dots)
+                              READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
-    du_part = (torch.empty(L.B, L.NT, L.H, L.K, dtype=torch.float32, device=q.device)
+    du_part = (torch.empty(L.B, L.NT * (BT // BC), L.H, L.K, dtype=torch.float32, device=q.device)
                if L.reads_previous else boundary)
-    _bwd_intra_kernel[grid_k](q, k, *gates, q if u is None else u, dA, dqs, dks, dq_first, dk_last,
-                              dq, dk, du_part, L.T, L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK,
-                              READS_PREVIOUS=L.reads_previous, **L.dots)
+    _bwd_intra_kernel[(triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H)](
+        q, k, *gates, q if u is None else u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, L.T,
+        L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK_BWD, READS_PREVIOUS=L.reads_previous,
+        num_warps=INTRA_BWD["num_warps"], **L.dots)
     dg = chunk_gate_grad(q, dqs, k, dks, boundary, BT, q_reads_current=not L.reads_previous,
                          out_dtype=store_dtype(g.dtype))
     du = du_part.sum(dim=(0, 1)).to(u.dtype) if L.reads_previous else None

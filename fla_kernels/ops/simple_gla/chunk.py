@@ -41,7 +41,7 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, chu
                                                 chunk_fwd_h, exp_nonpos)
 from fla_kernels.ops.common.dot import mma
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
-from fla_kernels.utils import check_inputs, store_dtype
+from fla_kernels.utils import check_inputs, dots_in_fp32, store_dtype
 
 BT = 64  # tokens per chunk
 GS = 16  # gate block of the chunk-state kernels
@@ -217,12 +217,13 @@ class _Launch:
         # memory in _bwd_dqkg_kernel at K = V = 128, over the H100's 227 KB
         self.BK, self.BV = block_size(self.K, cap=32), block_size(self.V, cap=32)
         self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
-        # Every product in fp32 (IEEE), whatever the inputs' dtype. With bf16 tensor-core operands
+        # 16-bit inputs take tf32 products, never bf16 / fp16 ones. With bf16 tensor-core operands
         # the H100 (triton 3.6) gave wrong o in rows 16..63 of every chunk (the rows of warps 1-3)
-        # when the K loop ran once and BV <= 32 (K=64/V=16, K=64/V=32, K=32/V=16; K=16 and
-        # V >= 64 were right): the score matrix, a dot's result, feeds the next dot. num_stages=1
-        # did not help, num_warps=2 did; fp32 products are right everywhere. Costs speed only.
-        self.dots = dict(FP32_DOT=True, OPERAND_DTYPE=TL_DTYPES[q.dtype])
+        # when the K loop ran once and BV <= 32 (K=64/V=16, K=64/V=32, K=32/V=16): the score
+        # matrix, a dot's result, feeds the next dot. tf32 products were right on those shapes
+        # and are as exact on the inputs (bf16 and fp16 values are tf32 values); fp32 inputs
+        # keep IEEE products.
+        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=tl.float32)
 
 
 def _gate_sums(g, K):
