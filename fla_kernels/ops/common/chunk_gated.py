@@ -23,8 +23,8 @@ sums (see chunk_state.py), never a difference of two chunk-wide cumulative sums:
 and strong decays keep their precision.
 
 Forward:  block_gate_sums -> chunk_fwd_h (states) -> _intra_A_kernel (A) -> _fwd_o_kernel (o).
-Backward: the gate sums, states and A are recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dA_kernel
-          (dA) -> _bwd_dv_kernel (dv) -> _bwd_inter_kernel (the parts of dq, dk through the
+Backward: the gate sums and states are recomputed, A is the forward's; chunk_bwd_dh (dh, dh0)
+          -> _bwd_dA_kernel (dA) -> _bwd_dv_kernel (dv) -> _bwd_inter_kernel (the parts of dq, dk through the
           states entering / leaving the chunk, the boundary terms of dg) -> _bwd_intra_kernel (the
           intra-chunk parts, the gate-free terms, du partials) -> chunk_gate_grad (dg).
 """
@@ -452,7 +452,10 @@ def _states(L, k, v, gates, initial_state):
 
 
 def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
-    """(o in v's dtype, states [B, H, NT + 1, K, V] float32 with the final state last).
+    """(o in v's dtype, states [B, H, NT + 1, K, V] float32 with the final state last, A).
+
+    A [B, H, T, BT] float32, the intra-chunk scores, is for `chunk_gated_bwd`: keeping it costs as
+    much memory as one bf16 input at K = 128 and saves the backward its slowest recomputation.
 
     reads_previous=False: gla (u must be None); True: rwkv6 (u [H, K]). Inputs contiguous.
     """
@@ -465,11 +468,14 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
         q, v, *gates, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK,
         BV=L.BV, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
-    return o.to(v.dtype), states
+    return o.to(v.dtype), states, A
 
 
-def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous):
-    """(dq, dk, dv, dg, du or None, dh0 or None); dht may be None (no gradient from the final state)."""
+def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous, A=None):
+    """(dq, dk, dv, dg, du or None, dh0 or None); dht may be None (no gradient from the final state).
+
+    A: the forward's scores, recomputed when None.
+    """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
     grid_v, grid_k = (L.NV, L.NT, L.B * L.H), (L.NK, L.NT, L.B * L.H)
@@ -478,7 +484,8 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     dh, dh0 = chunk_bwd_dh(q, gates, do, dht, scale, BT, BC, q_gate_exclusive=L.reads_previous,
                            need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
                            operand_dtype=L.dots["OPERAND_DTYPE"])
-    A = _intra_scores(L, q, k, gates, u)
+    if A is None:
+        A = _intra_scores(L, q, k, gates, u)
     dA = torch.empty_like(A)
     _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)

@@ -9,8 +9,8 @@ a u bonus: see ops/common/chunk_gated.py (READS_PREVIOUS=False here) for the
 algorithm. In short: states entering each chunk by chunk_fwd_h; intra-chunk
 scores from 16-row sub-chunks, off-diagonal blocks as dots of q * exp(pre) and
 k * exp(suf + between) (the reference point is the sub-chunk boundary, both
-exponents <= 0), diagonal blocks element-wise; the backward recomputes states
-and scores, takes dh from chunk_bwd_dh and dg from chunk_gate_grad with the
+exponents <= 0), diagonal blocks element-wise; the backward reuses the forward's
+scores, recomputes the states, takes dh from chunk_bwd_dh and dg from chunk_gate_grad with the
 gate-free terms (the diagonal pairs q_i k_i, the last row's own path into the
 leaving state) left out of both of its sides.
 """
@@ -23,26 +23,26 @@ from fla_kernels.utils import check_inputs
 
 
 class ChunkGLAFunction(torch.autograd.Function):
-    """Autograd wrapper: saves only the inputs; backward recomputes states and scores."""
+    """Autograd wrapper: saves the inputs and the intra-chunk scores; backward recomputes states."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, states = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
+        o, states, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
         final_state = states[:, :, -1].clone() if output_final_state else None
-        ctx.save_for_backward(q, k, v, g, initial_state)
+        ctx.save_for_backward(q, k, v, g, initial_state, A)
         ctx.scale = scale
         ctx.output_final_state = output_final_state
         return o, final_state
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, initial_state = ctx.saved_tensors
+        q, k, v, g, initial_state, A = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
         do = do.contiguous()
         dht = dht.contiguous() if (dht is not None and ctx.output_final_state) else None
         dq, dk, dv, dg, _, dh0 = chunk_gated_bwd(q, k, v, g, None, ctx.scale, initial_state, do, dht,
-                                                 reads_previous=False)
+                                                 reads_previous=False, A=A)
         if dh0 is not None:
             dh0 = dh0.to(initial_state.dtype)
         grads = (dq, dk, dv, dg, None, dh0, None)

@@ -36,12 +36,9 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, ch
 from fla_kernels.ops.common.dot import mma
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
-from fla_kernels.utils import store_dtype
+from fla_kernels.utils import dots_in_fp32, store_dtype
 
 BT = 16  # tokens per chunk (one gate block: every exponent is a sum over at most BT gates)
-
-_TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
-
 
 @triton.jit
 def _rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr, BD: tl.constexpr):
@@ -257,12 +254,14 @@ class _Launch:
         self.V, self.M = v.shape[-1], s.shape[-1]
         self.NT = triton.cdiv(self.T, BT)
         self.BK, self.BV, self.BM = _pow2(self.K), _pow2(self.V), _pow2(self.M)
-        # Every product in fp32 (IEEE), whatever the inputs' dtype: with bf16 tensor-core operands
-        # (the fp32 states and the softmax terms rounded to bf16) dg reached 5.2 floors at T=1000,
-        # M=64, strong gates on the H100, over the bound; with fp32 products it stays at 1 floor
-        # (err/bound 0.20 at T in {1000, 4096}). Costs speed, not accuracy.
-        self.fp32_dot, self.operand_dtype = True, _TL_DTYPES[q.dtype]
-        self.num_warps = 8 if max(self.BK, self.BV) * self.BM >= 8192 else 4
+        # 16-bit inputs take tf32 products with operands rounded to nearest (`mma`), fp32 inputs
+        # IEEE ones. With bf16 tensor-core operands (the fp32 states and the softmax terms rounded
+        # to bf16) dg reached 5.2 floors at T=1000, M=64, strong gates on the H100, over the
+        # bound; tf32 keeps 3 more bits. On the H100 tf32 took the backward from 61 ms (IEEE
+        # products, 2,600 spilled registers) to 8 ms, best with four warps (benchmarks/tuning.md).
+        self.fp32_dot, self.operand_dtype = dots_in_fp32(q.dtype), tl.float32
+        wide = max(self.BK, self.BV) * self.BM >= 8192
+        self.num_warps = 8 if (wide and self.fp32_dot) else 4
 
     def kw(self):
         return dict(H=self.H, K=self.K, V=self.V, M=self.M, BT=BT, BK=self.BK, BV=self.BV, BM=self.BM,

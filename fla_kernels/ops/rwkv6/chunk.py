@@ -18,30 +18,30 @@ from fla_kernels.utils import check_inputs
 
 
 def _forward(r, k, v, w, u, scale, initial_state):
-    """(o, states [B, H, NT + 1, K, V] float32 with the final state last)."""
+    """(o, states [B, H, NT + 1, K, V] float32 with the final state last, the scores A)."""
     return chunk_gated_fwd(r, k, v, w, u, scale, initial_state, reads_previous=True)
 
 
-def _backward(r, k, v, w, u, scale, initial_state, do, dht):
+def _backward(r, k, v, w, u, scale, initial_state, do, dht, A=None):
     """(dr, dk, dv, dw, du, dh0 or None); dht may be None (no gradient from the final state)."""
-    return chunk_gated_bwd(r, k, v, w, u, scale, initial_state, do, dht, reads_previous=True)
+    return chunk_gated_bwd(r, k, v, w, u, scale, initial_state, do, dht, reads_previous=True, A=A)
 
 
 class ChunkRWKV6Function(torch.autograd.Function):
-    """Autograd wrapper: saves only the inputs; backward recomputes states and scores."""
+    """Autograd wrapper: saves the inputs and the intra-chunk scores; backward recomputes states."""
 
     @staticmethod
     def forward(ctx, r, k, v, w, u, scale, initial_state, output_final_state):
-        o, states = _forward(r, k, v, w, u, scale, initial_state)
+        o, states, A = _forward(r, k, v, w, u, scale, initial_state)
         final_state = states[:, :, -1].clone() if output_final_state else None
-        ctx.save_for_backward(r, k, v, w, u, initial_state)
+        ctx.save_for_backward(r, k, v, w, u, initial_state, A)
         ctx.scale = scale
         ctx.output_final_state = output_final_state
         return o, final_state
 
     @staticmethod
     def backward(ctx, do, dht):
-        r, k, v, w, u, initial_state = ctx.saved_tensors
+        r, k, v, w, u, initial_state, A = ctx.saved_tensors
         if do is None:
             do = torch.zeros_like(v)
         do = do.contiguous()
@@ -49,7 +49,7 @@ class ChunkRWKV6Function(torch.autograd.Function):
             dht = dht.contiguous()
         else:
             dht = None
-        dr, dk, dv, dw, du, dh0 = _backward(r, k, v, w, u, ctx.scale, initial_state, do, dht)
+        dr, dk, dv, dw, du, dh0 = _backward(r, k, v, w, u, ctx.scale, initial_state, do, dht, A)
         if dh0 is not None:
             dh0 = dh0.to(initial_state.dtype)
         grads = (dr, dk, dv, dw, du, None, dh0, None)
