@@ -130,3 +130,18 @@ def test_bad_arguments_raise_value_error(bad):
         chunk_rwkv6(r, k, v, w, u, initial_state=h0, output_final_state=True)
     message = str(info.value)
     assert message.startswith("chunk_rwkv6") and "\n" not in message
+
+
+def test_backward_with_the_forward_scores_equals_recomputing_them():
+    """The backward takes the intra-chunk scores A from the forward; recomputed, they give the
+    same gradients bit for bit (the wrappers pass A along; this pins that it is the same A)."""
+    from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
+    x = make_inputs(RWKV6, 1, 70, 2, 16, 24, torch.float32, gate="strong")
+    r, k, v, w, u = x.args()
+    h0 = x.initial_state()
+    _, _, A = chunk_gated_fwd(r, k, v, w, u, 0.3, h0, reads_previous=True)
+    common = (r, k, v, w, u, 0.3, h0, x.do, x.dht[0])
+    kept = chunk_gated_bwd(*common, reads_previous=True, A=A)
+    again = chunk_gated_bwd(*common, reads_previous=True)
+    for name, a, b in zip(["dr", "dk", "dv", "dw", "du", "dh0"], kept, again):
+        assert torch.equal(a, b), name
