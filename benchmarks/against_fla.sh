@@ -13,7 +13,7 @@ if [ -n "$wheel" ]; then
 fi
 for op in ${OPS:-gla rwkv6 simple_gla linear_attn gsa}; do
     start=$SECONDS
-    timeout "${LIMIT:-900}" python -m harness bench --op "$op" --out "$out/bench_$op" > "$out/bench_$op.log" 2>&1
+    timeout "${LIMIT:-900}" python -m harness bench --op "$op" --kernels --out "$out/bench_$op" > "$out/bench_$op.log" 2>&1
     echo "bench $op: exit $?, $((SECONDS - start)) s" | tee -a "$out/bench.log"
 done
 ops=$(echo ${OPS:-gla rwkv6 simple_gla linear_attn gsa} | tr " " ",")

@@ -16,6 +16,7 @@ o once (forward), plus reading do and writing every input gradient (backward).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import os
@@ -156,6 +157,17 @@ def measure(c: Candidate, spec: OpSpec, case: Case, inputs) -> list[dict]:
     return rows
 
 
+def kernel_rows(c: Candidate, inputs) -> list[dict]:
+    """Per-kernel device time of the candidate's forward+backward pass (`harness.kernel_profile`);
+    [] without CUDA, or when the candidate did not load."""
+    from harness.kernel_profile import device_events, per_pass
+    if c.fn is None:
+        return []
+    leaves = _leaves(inputs, True)
+    call = functools.partial(c.fn, scale=inputs.scale)
+    return per_pass(device_events(lambda: call(*leaves)[0].backward(inputs.do)))
+
+
 def cold_triton_cache() -> str:
     """Point Triton at an empty cache so first calls compile; returns the folder."""
     folder = tempfile.mkdtemp(prefix="harness-bench-triton-")
@@ -163,16 +175,26 @@ def cold_triton_cache() -> str:
     return folder
 
 
-def run_bench(plan, out_dir: Path, run_id: str, echo=print) -> Path:
-    """plan: [(spec, case, [Candidate])]; writes <out_dir>/bench.csv row by row; returns its path."""
+def run_bench(plan, out_dir: Path, run_id: str, echo=print, kernels: bool = False) -> Path:
+    """plan: [(spec, case, [Candidate])]; writes <out_dir>/bench.csv row by row; returns its path.
+
+    kernels: also <out_dir>/kernels.csv, the per-kernel split of every candidate whose
+    forward+backward pass ran (`kernel_rows`).
+    """
     from reports.bench import BENCH_COLUMNS
+    from reports.kernels import KERNEL_COLUMNS
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "bench.csv"
     shared = {"run_id": run_id, **run_fields()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    with open(path, "w", newline="") as f:
+    with contextlib.ExitStack() as stack:
+        f = stack.enter_context(open(path, "w", newline=""))
         writer = csv.DictWriter(f, fieldnames=BENCH_COLUMNS)
         writer.writeheader()
+        if kernels:
+            fk = stack.enter_context(open(out_dir / "kernels.csv", "w", newline=""))
+            kernel_writer = csv.DictWriter(fk, fieldnames=KERNEL_COLUMNS)
+            kernel_writer.writeheader()
         for spec, case, found in plan:
             inputs = make_inputs(spec, case, device)
             fields = {"op": case.op, "dtype": case.dtype, **case.dims(), **shared}
@@ -182,9 +204,19 @@ def run_bench(plan, out_dir: Path, run_id: str, echo=print) -> Path:
                                  for r in rows)
                 f.flush()
                 echo(_progress_line(case.op, c, rows), flush=True)
+                if kernels and _ran_backward(rows):
+                    split = kernel_rows(c, inputs)
+                    kernel_writer.writerows({k: v for k, v in {**fields, "impl": c.impl,
+                                                               "variant": c.variant, **r}.items()
+                                             if k in KERNEL_COLUMNS} for r in split)
+                    fk.flush()
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
     return path
+
+
+def _ran_backward(rows) -> bool:
+    return any(r["phase"] == "fwd+bwd" and r["median_ms"] is not None for r in rows)
 
 
 def _progress_line(op, c: Candidate, rows) -> str:

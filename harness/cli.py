@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ours, fla, torch (default all three)")
     bench.add_argument("--warm-cache", action="store_true",
                        help="keep Triton's cache (first calls then measure a cache lookup)")
+    bench.add_argument("--kernels", action="store_true",
+                       help="also profile each candidate's forward+backward pass per kernel "
+                            "(kernels.csv, a section of bench.html; needs a GPU)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
     sub.add_parser("list", help="show ops, variants and presets")
@@ -315,11 +318,15 @@ def cmd_bench(args) -> int:
     out = args.out or Path("results") / run_id
     if not args.warm_cache:
         print(f"Triton cache for first calls: {bench.cold_triton_cache()} (empty)")
-    csv_path = bench.run_bench(plan, out, run_id)
+    if args.kernels and interpreting():
+        print("note: no GPU, so no per-kernel times (the interpreter launches no kernels)")
+    csv_path = bench.run_bench(plan, out, run_id, kernels=args.kernels)
     from reports.bench import read_bench, render_bench_markdown, write_bench_html
+    from reports.kernels import read_kernels, render_kernels_markdown
     df = read_bench([csv_path])
-    html = write_bench_html(df, out / "bench.html", {"run_id": run_id})
-    print(render_bench_markdown(df))
+    kernels = read_kernels(out / "kernels.csv") if args.kernels else None
+    html = write_bench_html(df, out / "bench.html", {"run_id": run_id}, kernels)
+    print(render_bench_markdown(df) + (render_kernels_markdown(kernels) if args.kernels else ""))
     print(f"csv {csv_path}; html {html}")
     ours_failed = (df["impl"] == "ours") & df["message"].str.startswith("ERROR")
     return 1 if ours_failed.any() else 0

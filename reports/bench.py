@@ -25,6 +25,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from .html import _CSS, _JS, _cell, _e, _filters, _shapes, _table, write_page
+from .kernels import kernels_nav, kernels_section
 from .markdown import md_escape
 from .plots import png_data_uri
 from .results import coerce_columns, fmt_num, run_meta
@@ -473,11 +474,12 @@ def _failed_section(df: pd.DataFrame) -> list:
                          is_num=lambda c: False, context="phase")]
 
 
-def render_bench_html(df: pd.DataFrame, meta: dict | None = None) -> str:
+def render_bench_html(df: pd.DataFrame, meta: dict | None = None,
+                      kernels: pd.DataFrame | None = None) -> str:
     """One self-contained page (inline CSS, JS and PNG, everything from the data escaped):
     "kernel timings", the run's device, versions, git, run id and shape, the figure, the wide
-    table, every row (sortable, filterable), the first calls, and the failed or skipped
-    measurements with their messages."""
+    table, every row (sortable, filterable), the first calls, the failed or skipped
+    measurements with their messages and, given `kernels` (kernels.csv), the time per kernel."""
     df = coerce_bench(df)
     table = bench_table(df)
     n_bad = len(_not_measured(df))
@@ -487,19 +489,23 @@ def render_bench_html(df: pd.DataFrame, meta: dict | None = None) -> str:
            f"<h1>{_e(title)}</h1>", _meta_table(_meta(df, meta)),
            '<p class="nav"><a href="#figure">Median times</a> · <a href="#summary">Summary</a> · '
            '<a href="#results-h">All measurements</a> · <a href="#first">First calls</a> · '
-           f'<a href="#failed">Failed or skipped ({n_bad})</a></p>']
+           f'<a href="#failed">Failed or skipped ({n_bad})</a>'
+           + (kernels_nav() if kernels is not None else "") + '</p>']
     out += _figure_section(df)
     out += _summary_section(table)
     out += _raw_section(df)
     out += _first_section(table)
     out += _failed_section(df)
+    if kernels is not None:
+        out += kernels_section(kernels)
     out.append(f"<script>{_JS}</script></body></html>")
     return "\n".join(out)
 
 
-def write_bench_html(df: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None) -> str:
+def write_bench_html(df: pd.DataFrame, path: str | os.PathLike, meta: dict | None = None,
+                     kernels: pd.DataFrame | None = None) -> str:
     """Write `render_bench_html(...)` to `path`; returns the path."""
-    return write_page(render_bench_html(df, meta), path)
+    return write_page(render_bench_html(df, meta, kernels), path)
 
 
 # -- markdown --------------------------------------------------------------------------------

@@ -64,3 +64,71 @@ def test_a_backward_that_refuses_still_has_its_forward_timed():
     assert rows["fwd"]["median_ms"] > 0 and rows["first fwd"]["median_ms"] > 0
     assert rows["fwd+bwd"]["median_ms"] is None
     assert rows["fwd+bwd"]["message"] == "ERROR: RuntimeError: planted failure in backward"
+
+
+def test_per_kernel_split_per_pass_longest_first():
+    from harness.kernel_profile import per_pass
+    events = [("_intra", 300.0), ("_o", 100.0), ("_intra", 300.0), ("_o", 100.0), ("_h", 200.0)]
+    rows = per_pass(events, passes=2)
+    assert [r["kernel"] for r in rows] == ["_intra", "_o", "_h"]
+    assert [r["calls"] for r in rows] == [1.0, 1.0, 0.5]
+    assert [r["ms"] for r in rows] == pytest.approx([0.3, 0.1, 0.1])
+    assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+    assert rows[0]["share"] == pytest.approx(0.6)
+    assert per_pass([], passes=5) == []
+
+
+def test_kernel_rows_profile_the_forward_and_backward_pass(monkeypatch):
+    import harness.kernel_profile as kp
+    from harness.bench import Candidate, kernel_rows
+    from harness.inputs import make_inputs
+    from harness.registry import load_function
+    spec = OPS["rwkv6"]
+    case = Case("rwkv6", "fp32", 1, 8, 1, 8, 8, "none", "normal", 0)
+    inputs = make_inputs(spec, case, "cpu")
+    seen = []
+
+    def fake_events(step, passes=kp.PASSES):
+        step()
+        seen.append([x.grad is not None for x in inputs.tensors.values()])
+        return [("_k", 50.0)] * passes
+    monkeypatch.setattr(kp, "device_events", fake_events)
+    target = "references.rwkv6:rwkv6_recurrent"
+    c = Candidate("torch", "recurrent", target, fn=load_function(target))
+    assert kernel_rows(c, inputs) == [{"kernel": "_k", "calls": 1.0, "ms": 0.05, "share": 1.0}]
+    assert seen == [[False] * len(inputs.tensors)]  # leaves of its own: the inputs keep no grad
+    assert kernel_rows(Candidate("fla", "chunk", "fla:chunk_rwkv6", skip="not installed"), inputs) == []
+
+
+def test_kernels_flag_without_a_gpu_says_so_and_writes_an_empty_split(tmp_path, capsys):
+    out = tmp_path / "bench"
+    code = main(["bench", "--op", "rwkv6", "--variant", "fused_recurrent", "--impls", "ours",
+                 "--B", "1", "--T", "8", "--H", "1", "--K", "8", "--V", "8", "--warm-cache",
+                 "--kernels", "--out", str(out)])
+    assert code == 0
+    assert "no per-kernel times" in capsys.readouterr().out
+    split = pd.read_csv(out / "kernels.csv")
+    assert split.empty and "kernel" in split.columns
+    assert "run with --kernels on a GPU" in (out / "bench.html").read_text()
+
+
+def test_kernel_split_on_the_page_and_in_markdown():
+    from reports.bench import render_bench_html
+    from reports.kernels import TOP, kernels_figure, render_kernels_markdown
+    shape = dict(op="gla", dtype="bf16", B=8, T=2048, H=16, K=128, V=128, M=0, run_id="r")
+    names = [f"_kernel_{i}" for i in range(TOP + 3)]
+    ms = [float(len(names) - i) for i in range(len(names))]
+    rows = [{**shape, "impl": impl, "variant": "chunk", "kernel": n, "calls": 1.0, "ms": m,
+             "share": m / sum(ms)} for impl in ("ours", "fla") for n, m in zip(names, ms)]
+    kernels = pd.DataFrame(rows)
+    bench = pd.DataFrame([{**shape, "impl": "ours", "variant": "chunk", "phase": "fwd",
+                           "median_ms": 1.0, "q25_ms": 0.9, "q75_ms": 1.1, "tflops": 1.0,
+                           "gbps": 1.0, "message": "", "device": "d", "torch": "t", "triton": "x",
+                           "git": "g"}])
+    assert kernels_figure(kernels)[:8] == b"\x89PNG\r\n\x1a\n"
+    page = render_bench_html(bench, {"run_id": "r"}, kernels)
+    assert 'href="#kernels"' in page and "_kernel_0" in page and "data:image/png" in page
+    md = render_kernels_markdown(kernels, top=3)
+    assert md.count("| _kernel_0 |") == 2 and "_kernel_3" not in md
+    assert md.index("_kernel_0") < md.index("_kernel_1") < md.index("_kernel_2")
+    assert "gla chunk · ours" in md and "gla chunk · fla" in md
