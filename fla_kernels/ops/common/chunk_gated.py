@@ -38,11 +38,11 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, blo
                                                 chunk_bwd_dh, chunk_fwd_h, chunk_gate_tiles,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
-from fla_kernels.ops.common.dot import mma, mma_split
+from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import (gather_rows, load_row, load_rows, load_rows_t,
                                           load_state, store_rows)
-from fla_kernels.utils import dots_in_fp32, store_dtype
+from fla_kernels.utils import store_dtype
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
@@ -52,8 +52,6 @@ BC = 16  # tokens per sub-chunk of the intra-chunk products
 INTRA_A = dict(BK_CAP=16, num_warps=2)
 INTRA_BWD = dict(BK_CAP=64, num_warps=4)
 TWO_STAGES = dict(num_warps=4, num_stages=2)
-
-TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
 @triton.jit
@@ -434,7 +432,7 @@ class _Launch:
         self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
         self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
         self.reads_previous = bool(reads_previous)
-        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
+        self.dots = product_settings(q.dtype)
 
 
 def _intra_scores(L, q, k, gates, u):

@@ -1,6 +1,18 @@
 """Matrix product whose operand precision is chosen at compile time."""
+import torch
 import triton
 import triton.language as tl
+
+from fla_kernels.utils import dots_in_fp32
+
+TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+
+
+def product_settings(dtype: torch.dtype, tf32: bool = False) -> dict:
+    """The FP32_DOT and OPERAND_DTYPE constexprs of `mma` for inputs of `dtype`: IEEE fp32
+    products where `dots_in_fp32` says so, else tensor-core operands of the inputs' own dtype or,
+    with tf32, rounded tf32 ones."""
+    return dict(FP32_DOT=dots_in_fp32(dtype), OPERAND_DTYPE=tl.float32 if tf32 else TL_DTYPES[dtype])
 
 
 @triton.jit

@@ -42,15 +42,15 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_gated import TL_DTYPES, diag_block_scores
+from fla_kernels.ops.common.chunk_gated import diag_block_scores
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
-from fla_kernels.ops.common.dot import add_rounded, mma
+from fla_kernels.ops.common.dot import add_rounded, mma, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
-from fla_kernels.utils import dots_in_fp32, store_dtype
+from fla_kernels.utils import store_dtype
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
@@ -239,7 +239,7 @@ class _Launch:
         self.BK, self.BV = block_size(self.K), block_size(self.V)
         self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
         self.grid = (self.NK, self.NV, self.B * self.H)
-        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
+        self.dots = product_settings(q.dtype)
         self.sizes = dict(BT=BT, BK=self.BK, BV=self.BV)
 
 

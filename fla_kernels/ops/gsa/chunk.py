@@ -33,10 +33,10 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, chunk_bwd_dh, chunk_fwd_h,
                                                 exp_nonpos, load_prefix, load_suffix)
-from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.dot import mma, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
-from fla_kernels.utils import dots_in_fp32, store_dtype
+from fla_kernels.utils import store_dtype
 
 BT = 16  # tokens per chunk (one gate block: every exponent is a sum over at most BT gates)
 
@@ -259,7 +259,8 @@ class _Launch:
         # to bf16) dg reached 5.2 floors at T=1000, M=64, strong gates on the H100, over the
         # bound; tf32 keeps 3 more bits. On the H100 tf32 took the backward from 61 ms (IEEE
         # products, 2,600 spilled registers) to 8 ms, best with four warps (benchmarks/tuning.md).
-        self.fp32_dot, self.operand_dtype = dots_in_fp32(q.dtype), tl.float32
+        settings = product_settings(q.dtype, tf32=True)
+        self.fp32_dot, self.operand_dtype = settings["FP32_DOT"], settings["OPERAND_DTYPE"]
         wide = max(self.BK, self.BV) * self.BM >= 8192
         self.num_warps = 8 if (wide and self.fp32_dot) else 4
 

@@ -26,10 +26,10 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import block_size
-from fla_kernels.ops.common.dot import add_rounded, mma
+from fla_kernels.ops.common.dot import add_rounded, mma, product_settings
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
-from fla_kernels.ops.simple_gla.chunk import TL_DTYPES, prepare
-from fla_kernels.utils import dots_in_fp32, store_dtype
+from fla_kernels.ops.simple_gla.chunk import prepare
+from fla_kernels.utils import store_dtype
 
 BT = 64  # tokens per chunk
 
@@ -144,7 +144,7 @@ class _Launch:
         self.BK, self.BV = block_size(self.K), block_size(self.V)
         self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
         self.grid = (self.NV, self.NK, self.B * self.H)
-        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=TL_DTYPES[q.dtype])
+        self.dots = product_settings(q.dtype)
         # fp32 IEEE dots run on the FMA units: more warps share the [BT, BT] products
         # (and halve the compile time of the backward)
         self.num_warps = 8 if self.dots["FP32_DOT"] and self.BK * self.BV >= 4096 else 4

@@ -39,14 +39,12 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, chunk_bwd_dh,
                                                 chunk_fwd_h, exp_nonpos)
-from fla_kernels.ops.common.dot import mma
+from fla_kernels.ops.common.dot import mma, product_settings
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
-from fla_kernels.utils import check_inputs, dots_in_fp32, store_dtype
+from fla_kernels.utils import check_inputs, store_dtype
 
 BT = 64  # tokens per chunk
 GS = 16  # gate block of the chunk-state kernels
-
-TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 
 
 # ----------------------------------------------------------------------------- gates
@@ -223,7 +221,7 @@ class _Launch:
         # matrix, a dot's result, feeds the next dot. tf32 products were right on those shapes
         # and are as exact on the inputs (bf16 and fp16 values are tf32 values); fp32 inputs
         # keep IEEE products.
-        self.dots = dict(FP32_DOT=dots_in_fp32(q.dtype), OPERAND_DTYPE=tl.float32)
+        self.dots = product_settings(q.dtype, tf32=True)
 
 
 def _gate_sums(g, K):
