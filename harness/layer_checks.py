@@ -40,7 +40,7 @@ def _run(layer, kernel, x, dy, segments):
     for t0, t1 in segments:
         if cache is not None:
             state = cache[0]
-            handed += [(s, s.detach().clone()) for s in (state if isinstance(state, tuple) else (state,))]
+            handed += [(s, s.detach().clone()) for s in (state if isinstance(state, (tuple, list)) else (state,))]
         y, _, cache = layer(x[:, t0:t1], use_cache=True, past_key_values=cache)
         pieces.append(y)
     y = torch.cat(pieces, dim=1)

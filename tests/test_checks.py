@@ -153,6 +153,24 @@ def test_layer_check_passes_a_correct_kernel_and_names_what_a_broken_one_breaks(
     assert failed["y (segments)"]["message"].startswith("through the cache (segments): err ")
 
 
+def test_layer_check_takes_a_state_returned_as_a_list():
+    """fla's gsa returns its two final states as a list, not a tuple: the layer check hands it
+    through the cache like a tuple instead of calling the list's .detach()."""
+    spec = OPS["gsa"]
+    ours = spec.variant_fn("fused_recurrent")
+
+    def state_as_list(*args, **kwargs):
+        o, state = ours(*args, **kwargs)
+        return o, None if state is None else list(state)
+
+    c = Case(op="gsa", dtype="fp32", B=1, T=20, H=1, K=16, V=16, h0="none", gate="normal", seed=0, M=16)
+    rows = rows_of(run_case(spec, c, [Implementation("fused_recurrent", "as_list", state_as_list)],
+                            torch.device(DEVICE), checks=("layer",)), "layer")
+    assert {"y (segments)", "cache", "training"} <= {r["tensor"] for r in rows}
+    assert all(r["verdict"] == "PASS" for r in rows), [(r["tensor"], r["message"]) for r in rows
+                                                      if r["verdict"] != "PASS"]
+
+
 def test_segments_are_bounded_by_a_baseline_chained_through_the_same_segments():
     """fp16, strong decay: the chain's final chunk holds 44 tokens where one call's holds 1, so the
     same-dtype arithmetic's ht error grows 40-fold. That arithmetic itself must pass."""

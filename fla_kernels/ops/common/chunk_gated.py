@@ -17,10 +17,12 @@ A is built from sub-chunks of BC = 16 rows. The rows of sub-chunk I left of its 
 one product (q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T over the rows of every earlier
 sub-chunk J, with pre_I, suf_J the gate sums inside the sub-chunks I, J and `between` the sums of
 the sub-chunks between them: the reference point is the start of I, so both exponents are <= 0.
-Diagonal blocks are summed element-wise, every pair at once, with exponent pre_i - pre+_j inside
-one sub-chunk. Every exponent is a sum of non-positive stored gate
-sums (see chunk_state.py), never a difference of two chunk-wide cumulative sums: nothing overflows,
-and strong decays keep their precision.
+The diagonal blocks are split the same way, recursively: the pairs of rows that first differ in
+bit S of their block index are one small dot with the reference point between them
+(`diag_level`, four levels for BC = 16), so no exponent exceeds 0 there either. Every exponent is a
+sum of non-positive stored gate sums (see chunk_state.py) or, inside one block, a difference of two
+of them, never a difference of two chunk-wide cumulative sums: nothing overflows, and strong decays
+keep their precision.
 
 Forward:  block_gate_sums -> chunk_fwd_h (states) -> _intra_A_kernel (A) -> _fwd_o_kernel (o).
 Backward: the gate sums and states are recomputed, A is the forward's; chunk_bwd_dh (dh, dh0)
@@ -47,11 +49,12 @@ from fla_kernels.utils import store_dtype
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
 # Launch settings measured on the H100 (B=8, T=2048, H=16, K=V=128, bf16; benchmarks/tuning.md):
-# the intra-chunk score kernel holds [BC, BC, BK] pair tiles, fastest with narrow K-blocks and two
-# warps; the intra-chunk backward with 64-wide blocks and four; two pipeline stages for the others.
-INTRA_A = dict(BK_CAP=16, num_warps=2)
-INTRA_BWD = dict(BK_CAP=64, num_warps=4)
+# 32-wide K-blocks for both intra-chunk kernels, two warps for the scores and four for the
+# backward; two pipeline stages for the others.
+INTRA_A = dict(BK_CAP=32, num_warps=2)
+INTRA_BWD = dict(BK_CAP=32, num_warps=4)
 TWO_STAGES = dict(num_warps=4, num_stages=2)
+LEVELS = BC.bit_length() - 1  # the levels of `diag_level` in a block of BC rows
 
 
 @triton.jit
@@ -98,27 +101,32 @@ def sub_chunk_gates(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.
 
 
 @triton.jit
-def diag_gates(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-               BK: tl.constexpr, i_k, ROW_EXCLUSIVE: tl.constexpr, SKIP: tl.constexpr,
-               MASKED: tl.constexpr):
-    """E [BC, BC, BK]: exp(pre_i - pre+_j) for the pairs (i, j) of the gate block at t0.
+def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+               BK: tl.constexpr, i_k, b_pre, b_prej, S: tl.constexpr):
+    """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block at t0.
 
-    pre_i is row i's block-local prefix (exclusive with ROW_EXCLUSIVE), pre+_j column j's
-    inclusive one: for j < i a difference inside one block, <= 0, never factored, so nothing
-    overflows. MASKED: 0 unless j < i - SKIP; otherwise the clamp makes those pairs 1 and the
-    caller masks the [BC, BC] result (the cheaper choice for the forward scores, not for the
-    backward's two sums; measured on the H100). Every pair at once, in registers: no loop of
-    dependent row loads.
+    Level S holds the pairs (i, j) whose block indices first differ in bit S: i in the upper half
+    of an aligned group of 2S rows, j in its lower half. With r the inclusive prefix at the last
+    row of that lower half, exp(pre_i - pre+_j) = exp(pre_i - r) * exp(r - pre+_j), both factors
+    differences inside one block and <= 0 (f_row is 0 off the upper halves, f_col off the lower
+    ones): summed over the levels, the pair products of the diagonal block become four small dots
+    with 2 * BC * BK exponentials instead of a [BC, BC, BK] cube of them.
+    b_pre: the rows' prefix (inclusive or exclusive), b_prej: the inclusive one.
     """
-    b_pre = load_prefix(P, base, t0, T, H, K, BC, BK, i_k, BC, ROW_EXCLUSIVE)
-    b_prej = load_prefix(P, base, t0, T, H, K, BC, BK, i_k, BC, False)
-    diff = b_pre[:, None, :] - b_prej[None, :, :]
-    if MASKED:
-        o_i = tl.arange(0, BC)
-        m = (o_i[:, None] > o_i[None, :] + SKIP)[:, :, None]
-        return tl.where(m, exp_nonpos(tl.where(m, diff, 0.0)), 0.0)
-    else:
-        return exp_nonpos(diff)
+    o = tl.arange(0, BC)
+    upper = (o & S) != 0
+    lower = (o & S) == 0
+    d = i_k * BK + tl.arange(0, BK)
+    r_row = t0 + (o & -S) - 1
+    r_col = t0 + (o | (S - 1))
+    ref_row = tl.load(P + base + r_row.to(tl.int64)[:, None] * (H * K) + d[None, :],
+                      mask=(upper & (r_row < T))[:, None] & (d[None, :] < K), other=0)
+    ref_col = tl.load(P + base + r_col.to(tl.int64)[:, None] * (H * K) + d[None, :],
+                      mask=(lower & (r_col < T))[:, None] & (d[None, :] < K), other=0)
+    f_row = tl.where(upper[:, None], exp_nonpos(b_pre - ref_row), 0.0)
+    f_col = tl.where(lower[:, None], exp_nonpos(ref_col - b_prej), 0.0)
+    pairs = upper[:, None] & lower[None, :] & ((o[:, None] ^ o[None, :]) < 2 * S)
+    return f_row, f_col, pairs
 
 
 @triton.jit
@@ -148,13 +156,14 @@ def diag_block_scores(b_q, b_pre, b_diag, k, P, base, t0, T, H: tl.constexpr, K:
 @triton.jit(do_not_specialize=["T"])
 def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BC: tl.constexpr, BK: tl.constexpr, READS_PREVIOUS: tl.constexpr,
-                    FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                    FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr, LEVELS: tl.constexpr):
     """A [B, H, T, BT] float32: the intra-chunk scores, on and below the diagonal.
 
     One program per (sub-chunk I, chunk, b*h) fills the rows of sub-chunk I. Left of its
     diagonal block: one dot over K of q_I * exp(pre_I) and k * exp(to_I) (`sub_chunk_gates`),
-    both exponents <= 0. The diagonal block: element-wise over every pair at once
-    (`diag_gates`), plus the gate-free i = j term sum_d q_id k_id (times u_d for rwkv6).
+    both exponents <= 0. The diagonal block: one dot per level of `diag_level` with tf32
+    operands (IEEE for fp32 inputs), plus the gate-free i = j term sum_d q_id k_id (times u_d
+    for rwkv6) in fp32.
     """
     i_i, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -168,8 +177,8 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
         o_d = i_k * BK + tl.arange(0, BK)
         b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
         b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+        b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
         if i_i > 0:
-            b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
             b_kc = load_rows(k, base, c0, T, H, K, BT, BK, i_k)
             b_to, _ = sub_chunk_gates(P, Q, base, c0, T, H, K, BT, BC, BK, i_k, i_i, READS_PREVIOUS)
             b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_kc * exp_nonpos(b_to)), FP32_DOT,
@@ -179,10 +188,13 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
             b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
         else:
             b_diag = tl.sum(b_q * b_k, axis=1)
-        b_E = diag_gates(P, base, t_i, T, H, K, BC, BK, i_k, READS_PREVIOUS, 0, False)
-        b_s = tl.sum(b_q[:, None, :] * b_k[None, :, :] * b_E, axis=2)
-        b_Ad += tl.where(o_i[:, None] > o_i[None, :], b_s,
-                         tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0))
+        b_Ad += tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
+        b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
+        for lvl in tl.static_range(LEVELS):
+            f_row, f_col, pairs = diag_level(P, base, t_i, T, H, K, BC, BK, i_k, b_pre, b_prej,
+                                             1 << lvl)
+            b_Ad += tl.where(pairs, mma(b_q * f_row, tl.trans(b_k * f_col), FP32_DOT, tl.float32),
+                             0.0)
     p_A, m_A = _score_block(A, i_bh, T, t_i, 0, BC, BT, BT, False)
     tl.store(p_A, b_A, mask=m_A & (tl.arange(0, BT) < i_i * BC)[None, :])
     p_A, m_A = _score_block(A, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
@@ -317,15 +329,15 @@ def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, b
 def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, T, NT,
                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       BK: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
-                      OPERAND_DTYPE: tl.constexpr):
+                      OPERAND_DTYPE: tl.constexpr, LEVELS: tl.constexpr):
     """Intra-chunk parts of dq, dk, the gate-free terms and (rwkv6) du of the rows of one
     sub-chunk I, per (K-block and sub-chunk, chunk, b*h).
 
     dq_i += sum_{j < i} dA_ij k_j exp(pre_i - pre+_j) and
     dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): the pairs with the other
     sub-chunks as one dot each (exp(pre_I) factored out of the dq sums, exp(suf_I)
-    out of the dk sums; `sub_chunk_gates`), the diagonal block element-wise
-    (`diag_gates`). The dots take `mma_split` operands: see its docstring.
+    out of the dk sums; `sub_chunk_gates`), the diagonal block as two dots per level of
+    `diag_level`. The dots take `mma_split` operands: see its docstring.
 
     dg comes from chunk_gate_grad, whose sums over the chunk cancel every term
     that carries no gate: a pair (i, j) with an empty gate product adds
@@ -383,10 +395,13 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
 
     # the diagonal block, every pair at once: dq_i += sum_j dA_ij k_j E_ij, dk_j += sum_i dA_ij q_i E_ij
     p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
-    b_dAd = tl.load(p_blk, mask=m_blk, other=0)[:, :, None]
-    b_E = diag_gates(P, base, t_i, T, H, K, BC, BK, i_k, READS_PREVIOUS, SKIP, True)
-    b_dq += tl.sum(b_dAd * b_k[None, :, :] * b_E, axis=1)
-    b_dk += tl.sum(b_dAd * b_q[:, None, :] * b_E, axis=0)
+    b_dAd = tl.load(p_blk, mask=m_blk & (o_i[:, None] > o_i[None, :] + SKIP), other=0)
+    b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
+    for lvl in tl.static_range(LEVELS):
+        f_row, f_col, pairs = diag_level(P, base, t_i, T, H, K, BC, BK, i_k, b_pre, b_prej, 1 << lvl)
+        b_dAl = tl.where(pairs, b_dAd, 0.0)
+        b_dq += f_row * mma_split(b_dAl, b_k * f_col, FP32_DOT)
+        b_dk += f_col * mma_split(tl.trans(b_dAl), b_q * f_row, FP32_DOT)
 
     b_dqs = load_rows(dqs, base, t_i, T, H, K, BC, BK, i_k) + b_dq
     b_dks = load_rows(dks, base, t_i, T, H, K, BC, BK, i_k) + b_dk
@@ -440,7 +455,7 @@ def _intra_scores(L, q, k, gates, u):
     A = torch.empty(L.B, L.H, L.T, BT, dtype=torch.float32, device=q.device)
     _intra_A_kernel[(BT // BC, L.NT, L.B * L.H)](
         q, k, *gates, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
-        READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], **L.dots)
+        READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], LEVELS=LEVELS, **L.dots)
     return A
 
 
@@ -503,7 +518,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     _bwd_intra_kernel[(triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H)](
         q, k, *gates, q if u is None else u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, L.T,
         L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK_BWD, READS_PREVIOUS=L.reads_previous,
-        num_warps=INTRA_BWD["num_warps"], **L.dots)
+        num_warps=INTRA_BWD["num_warps"], LEVELS=LEVELS, **L.dots)
     dg = chunk_gate_grad(q, dqs, k, dks, boundary, BT, q_reads_current=not L.reads_previous,
                          out_dtype=store_dtype(g.dtype))
     du = du_part.sum(dim=(0, 1)).to(u.dtype) if L.reads_previous else None
