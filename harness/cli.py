@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 from pathlib import Path
 
@@ -218,7 +219,7 @@ def cmd_list() -> int:
 
 def cmd_sweep(args) -> int:
     plan, preset = plan_sweep(args)
-    from harness.sweep import run_sweep
+    from harness.sweep import DeviceLost, run_sweep
     from reports import read_results, render_terminal
     label = "-".join(args.op) + "-" + "-".join(args.dtype)
     run_id = new_run_id(label)
@@ -226,8 +227,13 @@ def cmd_sweep(args) -> int:
     print(f"run {run_id}: {len(plan)} cases ({preset} preset) -> {out}", flush=True)
     checks = () if args.checks == ["none"] else tuple(args.checks)
     cache = None if args.no_golden_cache else GoldenCache(args.golden_cache or default_dir())
-    outcome = run_sweep(plan, out, run_id, resume=args.resume, progress=not args.quiet, checks=checks,
-                        cache=cache)
+    try:
+        outcome = run_sweep(plan, out, run_id, resume=args.resume, progress=not args.quiet,
+                            checks=checks, cache=cache)
+    except DeviceLost as lost:
+        print(f"{lost}\ngoing on in a new process: the same sweep with --resume --out {out}",
+              flush=True)
+        restart_sweep(args.argv, out)
     df = read_results([outcome.csv_path])
     print(render_terminal(df))
     stored = ("" if cache is None else
@@ -336,9 +342,18 @@ COMMANDS = {"list": lambda args: cmd_list(), "sweep": cmd_sweep, "gate": cmd_gat
             "report": cmd_report, "repro": cmd_repro, "bench": cmd_bench}
 
 
+def restart_sweep(argv: list[str], out) -> None:
+    """Replace this process by `python -m harness` with the same arguments, resuming into `out`
+    (a fresh process, whose CUDA context works again)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "harness", *argv, "--resume", "--out", str(out)])
+
+
 def main(argv=None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)

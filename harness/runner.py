@@ -188,7 +188,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
         inputs = make_inputs(spec, case, device)
         golden, baseline = golden_and_baseline(spec, case, inputs, cache)
     except Exception as exc:  # the references failing is reported, not fatal
-        return [_run_row(case, impl, "ERROR", f"golden or baseline failed: {_describe(exc)}")
+        return [run_row(case, impl, "ERROR", f"golden or baseline failed: {describe_error(exc)}")
                 for impl in impls]
     names = expected_tensors(spec, case)
     dtypes = contract_dtypes(spec, case, inputs)
@@ -214,7 +214,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
         try:
             run = _timed_run(impl.fn, spec, case, inputs, device)
         except Exception as exc:
-            rows.append(_run_row(case, impl, "ERROR", _describe(exc)))
+            rows.append(run_row(case, impl, "ERROR", describe_error(exc)))
             _release(device)
             continue
         wall = time.perf_counter() - start
@@ -271,7 +271,7 @@ def _determinism_row(spec, case, impl, inputs, device, first: dict, names) -> di
         second = _timed_run(impl.fn, spec, case, inputs, device).result
     except Exception as exc:
         return _row(case, impl, "determinism", "", verdict="ERROR",
-                    message=f"the second identical run raised: {_describe(exc)}")
+                    message=f"the second identical run raised: {describe_error(exc)}")
     for name in names:
         a, b = first.get(name), second.get(name)
         if (a is None) != (b is None) or (a is not None and not bitwise_equal(a, b)):
@@ -295,11 +295,11 @@ def _segment_rows(spec, case, impl, inputs, device, names, against_golden,
                                     golden=references_for("one call", {})[0])
     except Exception as exc:
         return [_row(case, impl, "segments", "", verdict="ERROR",
-                     message=f"{where}: baseline failed: {_describe(exc)}")]
+                     message=f"{where}: baseline failed: {describe_error(exc)}")]
     try:
         out = _timed_run(impl.fn, spec, case, inputs, device, segments=segments).result
     except Exception as exc:
-        return [_row(case, impl, "segments", "", verdict="ERROR", message=f"{where}: {_describe(exc)}")]
+        return [_row(case, impl, "segments", "", verdict="ERROR", message=f"{where}: {describe_error(exc)}")]
     rows = []
     for name in names:
         metrics = against_golden(out, name, references)
@@ -318,13 +318,13 @@ def _option_rows(spec, case, impl, inputs, device, names, against_golden, refere
             references = references_for(label, options)
         except Exception as exc:
             rows.append(_row(case, impl, "options", "", verdict="ERROR",
-                             message=f"with {label}: golden or baseline failed: {_describe(exc)}"))
+                             message=f"with {label}: golden or baseline failed: {describe_error(exc)}"))
             continue
         try:
             out = _timed_run(impl.fn, spec, case, inputs, device, **options).result
         except Exception as exc:
             rows.append(_row(case, impl, "options", "", verdict="ERROR",
-                             message=f"with {label}: {_describe(exc)}"))
+                             message=f"with {label}: {describe_error(exc)}"))
             continue
         for name in names:
             if references[0].get(name) is None:
@@ -345,11 +345,11 @@ def _case_fields(case: Case) -> dict:
     return {"case_id": case.case_id, **case.as_dict()}
 
 
-def _run_row(case: Case, impl: Implementation, verdict: str, message: str) -> dict:
+def run_row(case: Case, impl: Implementation, verdict: str, message: str) -> dict:
     return _row(case, impl, "run", "", verdict=verdict, message=message)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     text = lines[0] if len(lines) <= 1 else f"{lines[0]} ... {lines[-1]}"
     return f"{type(exc).__name__}: {text}"[:500]

@@ -5,13 +5,31 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from tqdm import tqdm
 
 from harness.cases import Case
 from harness.environment import device, run_fields
 from harness.registry import OpSpec
 from harness.results import ResultWriter, finished_cases
-from harness.runner import EXTRA_CHECKS, Implementation, run_case
+from harness.runner import EXTRA_CHECKS, Implementation, describe_error, run_case, run_row
+
+
+class DeviceLost(RuntimeError):
+    """The GPU context died during a case (a kernel's illegal or misaligned memory access is
+    sticky: every later CUDA call in the process fails), so nothing more can run in this process.
+    The case's rows, up to where it died, are already written."""
+
+
+def device_healthy(dev) -> bool:
+    """False when the CUDA context can no longer run work."""
+    if dev.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(dev)
+        return torch.ones(1, device=dev).add_(1).item() == 2
+    except Exception:  # any failure here means the context is gone
+        return False
 
 
 @dataclass
@@ -26,9 +44,13 @@ class SweepOutcome:
 
 def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Path, run_id: str,
               resume: bool = False, progress: bool = True, checks=EXTRA_CHECKS,
-              cache=None) -> SweepOutcome:
+              cache=None, healthy=device_healthy) -> SweepOutcome:
     """Run the planned cases in order; rows reach the CSV as each case finishes. `cache`: a
-    GoldenCache, or None to compute every golden."""
+    GoldenCache, or None to compute every golden.
+
+    After every case `healthy(device)` is asked whether the GPU context survived; when it did
+    not, the case's rows up to its first error and an ERROR row saying so are written and
+    DeviceLost is raised (the caller goes on in a new process with `resume`)."""
     out_dir = Path(out_dir)
     csv_path = out_dir / "results.csv"
     done, previous_id = finished_cases(csv_path) if resume else (set(), None)
@@ -47,14 +69,41 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
             if case.case_id in done:
                 skipped += 1
                 continue
-            rows = run_case(spec, case, impls, dev, _case_checks(case, checks, covered), cache)
+            try:
+                rows = run_case(spec, case, impls, dev, _case_checks(case, checks, covered), cache)
+                error = None
+            except Exception as exc:
+                if healthy(dev):
+                    raise
+                rows, error = [], describe_error(exc)
+            lost = error is not None or not healthy(dev)
+            if lost:
+                rows = _rows_before_loss(rows, case, impls, error)
             failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
             writer.write([{**shared, **r} for r in rows])
+            if lost:
+                raise DeviceLost(f"the GPU context was lost in case {case.case_id}: "
+                                 f"{rows[-1]['message']}")
             ran += 1
             bar.set_postfix_str(f"{case.op} {case.dtype} T={case.T} bad rows={failures}")
     wall = time.perf_counter() - start
     html_path, md_path = _render(csv_path, out_dir, {"run_id": run_id, "wall_s": wall, **shared})
     return SweepOutcome(csv_path, html_path, md_path, wall, ran, skipped)
+
+
+def _rows_before_loss(rows: list[dict], case: Case, impls, error: str | None) -> list[dict]:
+    """The case's rows up to its first ERROR (after that every CUDA call fails, so later rows say
+    nothing about their kernels), then an ERROR row saying the context was lost, for the
+    implementation that was running when it surfaced (for each, when that is unknown)."""
+    first = next((i for i, r in enumerate(rows) if r["verdict"] == "ERROR"), None)
+    if first is None:
+        kept, cause, suspects = rows, error or "a CUDA call after the case failed", impls
+    else:
+        kept, cause = rows[:first + 1], rows[first]["message"]
+        suspects = [i for i in impls if i.variant == rows[first]["variant"]] or impls
+    message = (f"the GPU context was lost during this case ({cause}); the checks after that were "
+               "not run, and the sweep went on in a new process")
+    return kept + [run_row(case, impl, "ERROR", message[:500]) for impl in suspects]
 
 
 def _case_checks(case: Case, checks, covered: set) -> tuple:

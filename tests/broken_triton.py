@@ -28,3 +28,17 @@ def oversized_shared_memory_kernel(a, b, c, N: tl.constexpr):
 
 def launch_oversized(a, b, c):
     oversized_shared_memory_kernel[(1,)](a, b, c, N=256)
+
+
+@triton.jit
+def out_of_bounds_store_kernel(x):
+    """A store a terabyte past the tensor: on a GPU an illegal address, which kills the context."""
+    tl.store(x + (1 << 40), 1.0)
+
+
+def chunk_rwkv6_killing_the_context_at_T30(r, k, v, w, u, **kwargs):
+    """Our chunk_rwkv6, except that at T = 30 it first makes an out-of-bounds store."""
+    from fla_kernels import chunk_rwkv6
+    if r.shape[1] == 30:
+        out_of_bounds_store_kernel[(1,)](r)
+    return chunk_rwkv6(r, k, v, w, u, **kwargs)
