@@ -115,17 +115,16 @@ def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexp
     """
     o = tl.arange(0, BC)
     upper = (o & S) != 0
-    lower = (o & S) == 0
     d = i_k * BK + tl.arange(0, BK)
-    r_row = t0 + (o & -S) - 1
-    r_col = t0 + (o | (S - 1))
-    ref_row = tl.load(P + base + r_row.to(tl.int64)[:, None] * (H * K) + d[None, :],
-                      mask=(upper & (r_row < T))[:, None] & (d[None, :] < K), other=0)
-    ref_col = tl.load(P + base + r_col.to(tl.int64)[:, None] * (H * K) + d[None, :],
-                      mask=(lower & (r_col < T))[:, None] & (d[None, :] < K), other=0)
-    f_row = tl.where(upper[:, None], exp_nonpos(b_pre - ref_row), 0.0)
-    f_col = tl.where(lower[:, None], exp_nonpos(ref_col - b_prej), 0.0)
-    pairs = upper[:, None] & lower[None, :] & ((o[:, None] ^ o[None, :]) < 2 * S)
+    # a row is a row factor in the upper half and a column factor in the lower one: one
+    # reference row and one exponential per element serve both
+    r = t0 + tl.where(upper, (o & -S) - 1, o | (S - 1))
+    ref = tl.load(P + base + r.to(tl.int64)[:, None] * (H * K) + d[None, :],
+                  mask=(r < T)[:, None] & (d[None, :] < K), other=0)
+    b_f = exp_nonpos(tl.where(upper[:, None], b_pre - ref, ref - b_prej))
+    f_row = tl.where(upper[:, None], b_f, 0.0)
+    f_col = tl.where(upper[:, None], 0.0, b_f)
+    pairs = upper[:, None] & ((o[None, :] & S) == 0) & ((o[:, None] ^ o[None, :]) < 2 * S)
     return f_row, f_col, pairs
 
 
