@@ -174,16 +174,19 @@ def _seq_layout(spec: OpSpec, tensor: str) -> bool:
 
 
 def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
-             checks=EXTRA_CHECKS, cache=None) -> list[dict]:
+             checks=EXTRA_CHECKS, cache=None, where: dict | None = None) -> list[dict]:
     """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops.
 
     Per implementation: one "golden" row per tensor, then those of `checks`: "inputs",
     "determinism", "segments" (harness/checks.py), for T <= the op's loop_max_T (their goldens
     are extra float64 runs) "options", and "layer" (harness/layer_checks.py); per pair of
     variants, "agreement" rows. `cache`: a
-    GoldenCache for the goldens and baselines, or None.
+    GoldenCache for the goldens and baselines, or None. `where["step"]` names the step under way
+    (for an error that escapes the case: a GPU error surfaces at a later call than its kernel's).
     """
+    where = {} if where is None else where
     rows = []
+    where["step"] = "the goldens"
     try:
         inputs = make_inputs(spec, case, device)
         golden, baseline = golden_and_baseline(spec, case, inputs, cache)
@@ -210,6 +213,8 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
 
     results, bounds = {}, {}
     for impl in impls:
+        label = f"{impl.variant} ({impl.impl})"
+        where["step"] = f"{label}: its run"
         start = time.perf_counter()
         try:
             run = _timed_run(impl.fn, spec, case, inputs, device)
@@ -224,17 +229,23 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             bounds[(impl.variant, name)] = metrics.get("bound", math.nan)
             rows.append(_row(case, impl, "golden", name, wall_s=wall, **metrics))
         if "inputs" in checks:
+            where["step"] = f"{label}: the inputs check"
             rows.append(_inputs_row(case, impl, run))
         if "determinism" in checks:
+            where["step"] = f"{label}: the determinism check"
             rows.append(_determinism_row(spec, case, impl, inputs, device, run.result, names))
         if "segments" in checks:
+            where["step"] = f"{label}: the segments check"
             rows.extend(_segment_rows(spec, case, impl, inputs, device, names, against_golden,
                                       references_for))
         if "options" in checks and case.T <= spec.loop_max_T:
+            where["step"] = f"{label}: the options check"
             rows.extend(_option_rows(spec, case, impl, inputs, device, names, against_golden,
                                      references_for))
         if "layer" in checks:
+            where["step"] = f"{label}: the layer check"
             rows.extend(layer_rows(spec, case, impl, device, functools.partial(_row, case, impl)))
+    where["step"] = "the agreement rows"
     for a, b in itertools.combinations([i for i in impls if i.variant in results], 2):
         for name in names:
             bound = bounds[(a.variant, name)] + bounds[(b.variant, name)]

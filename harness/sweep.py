@@ -69,13 +69,15 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
             if case.case_id in done:
                 skipped += 1
                 continue
+            where = {}
             try:
-                rows = run_case(spec, case, impls, dev, _case_checks(case, checks, covered), cache)
+                rows = run_case(spec, case, impls, dev, _case_checks(case, checks, covered), cache,
+                                where)
                 error = None
             except Exception as exc:
                 if healthy(dev):
                     raise
-                rows, error = [], describe_error(exc)
+                rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
             lost = error is not None or not healthy(dev)
             if lost:
                 rows = _rows_before_loss(rows, case, impls, error)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from harness import cli
-from harness.runner import Implementation
+from harness.runner import Implementation, run_case
 from harness.sweep import DeviceLost, run_sweep
 from tests.planted import SPEC, case, impl
 
@@ -66,7 +66,8 @@ def test_an_error_that_escapes_the_case_is_recorded_for_each_implementation(tmp_
     """The asynchronous error surfaced outside any guarded call (say, seeding the layer check)."""
     broken = BrokenContext(at_T=None)
 
-    def dies(*args, **kwargs):
+    def dies(spec, case, impls, device, checks, cache, where):
+        where["step"] = "chunk (planted): the layer check"
         broken.dead = True
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
@@ -76,7 +77,20 @@ def test_an_error_that_escapes_the_case_is_recorded_for_each_implementation(tmp_
                   healthy=broken.healthy)
     rows = pd.read_csv(tmp_path / "results.csv")
     assert list(rows["verdict"]) == ["ERROR"]
-    assert "illegal memory access" in rows["message"].iloc[0]
+    assert ("(RuntimeError: CUDA error: an illegal memory access was encountered, surfaced during "
+            "chunk (planted): the layer check)") in rows["message"].iloc[0]
+
+
+def test_the_case_names_the_step_under_way_when_an_error_escapes_it(monkeypatch):
+    def raises(*args, **kwargs):
+        raise RuntimeError("CUDA error: misaligned address")
+
+    monkeypatch.setattr("harness.runner.layer_rows", raises)
+    where = {}
+    with pytest.raises(RuntimeError):
+        run_case(SPEC, case(T=20, h0="none"), [impl("baseline_like")], torch.device("cpu"),
+                 ("inputs", "layer"), None, where)
+    assert where["step"] == "chunk (tests.implementations:baseline_like): the layer check"
 
 
 def test_an_ordinary_exception_outside_the_case_still_propagates(tmp_path, monkeypatch):
