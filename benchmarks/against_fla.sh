@@ -16,7 +16,14 @@ for op in ${OPS:-gla rwkv6 simple_gla linear_attn gsa}; do
     timeout "${LIMIT:-900}" python -m harness bench --op "$op" --kernels --out "$out/bench_$op" > "$out/bench_$op.log" 2>&1
     echo "bench $op: exit $?, $((SECONDS - start)) s" | tee -a "$out/bench.log"
 done
-ops=$(echo ${OPS:-gla rwkv6 simple_gla linear_attn gsa} | tr " " ",")
-python -m harness sweep --op "$ops" --impl fla --dtype bf16 \
-    --T 63,1000,4096 --H 2 --K 64,60 --V 64 --quiet --out "$out/fla_sweep" > "$out/fla_sweep.log" 2>&1
-echo "fla sweep: exit $?" | tee -a "$out/bench.log"
+# fla's variants through the sweep, one process per op and dtype at once: its autotuning is
+# compilation, bound by one CPU core per process (benchmarks/fla_findings.md has the last results)
+for op in ${OPS:-gla rwkv6 simple_gla linear_attn gsa}; do
+    for dtype in ${DTYPES:-bf16 fp16 fp32}; do
+        (timeout "${LIMIT:-900}" python -m harness sweep --op "$op" --impl fla --dtype "$dtype" \
+            --T 63,1000,4096 --H 2 --K 64 --V 64 --quiet --out "$out/fla_${op}_$dtype" \
+            > "$out/fla_${op}_$dtype.log" 2>&1
+         echo "fla sweep $op $dtype: exit $?" | tee -a "$out/bench.log") &
+    done
+done
+wait

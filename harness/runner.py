@@ -253,6 +253,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
                                        golden[name], bound, _seq_layout(spec, name))
             rows.append({**_case_fields(case), "variant": f"{a.variant}~{b.variant}",
                          "impl": f"{a.impl}~{b.impl}", "check": "agreement", "tensor": name, **metrics})
+    where["step"] = "the case's end (its memory freed after every check)"
     _release(device)
     return rows
 

@@ -107,10 +107,10 @@ def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexp
 
     Level S holds the pairs (i, j) whose block indices first differ in bit S: i in the upper half
     of an aligned group of 2S rows, j in its lower half. With r the inclusive prefix at the last
-    row of that lower half, exp(pre_i - pre+_j) = exp(pre_i - r) * exp(r - pre+_j), both factors
-    differences inside one block and <= 0 (f_row is 0 off the upper halves, f_col off the lower
-    ones): summed over the levels, the pair products of the diagonal block become four small dots
-    with 2 * BC * BK exponentials instead of a [BC, BC, BK] cube of them.
+    row of that lower half, exp(pre_i - pre+_j) = exp(pre_i - r) * exp(r - pre+_j), both
+    exponents differences inside one block and <= 0 (f_row is 0 off the upper halves, f_col off
+    the lower ones): summed over the levels (four for BC = 16), the pair products of the diagonal
+    block become small dots with BC * BK exponentials per level instead of a [BC, BC, BK] cube.
     b_pre: the rows' prefix (inclusive or exclusive), b_prej: the inclusive one.
     """
     o = tl.arange(0, BC)
