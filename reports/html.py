@@ -10,6 +10,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from .patterns import failure_patterns
 from .plots import error_vs_T_figure, png_data_uri, ratio_vs_T_figure
 from .results import (FLOAT_COLUMNS, INT_COLUMNS, RUN_COLUMNS, coerce_results, fmt_num,
                       run_meta, summarize, tensor_sort_key)
@@ -243,6 +244,10 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
 
     fails = s["failures"]
     out.append(f'<h2 id="failures">Failures ({len(fails)})</h2>')
+    shared = failure_patterns(df)
+    if shared:
+        out.append('<p class="note">What the failures share:</p><ul class="patterns">'
+                   + "".join(f"<li>{_e(p)}</li>" for p in shared) + "</ul>")
     if len(fails):
         fails = fails.assign(shape=_shapes(fails))
         out.append(_table(fails, FAILURE_COLUMNS, "failures-table", cls="fail-table"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .patterns import failure_patterns
 from .results import coerce_results, fmt_num, positive, run_meta, summarize, tensor_sort_key
 
 _ICON = {"PASS": "✅", "FAIL": "❌", "EMPTY": "⚠️"}
@@ -65,6 +66,9 @@ def render_markdown(df: pd.DataFrame, meta: dict | None = None, max_failures: in
                 f"<summary>Worst err/bound per variant and tensor ({n_var} rows; "
                 "above 1 fails)</summary>", "", *table, "", "</details>", ""]
 
+    shared = failure_patterns(df)
+    if shared:
+        out += ["**What the failures share:**", "", *(f"- {md_escape(p)}" for p in shared), ""]
     fails = s["failures"]
     if len(fails):
         out += [f"**Failures** ({len(fails)}):", "",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .patterns import failure_patterns
 from .results import coerce_results, fmt_num, positive, summarize
 
 
@@ -40,6 +41,10 @@ def render_terminal(df: pd.DataFrame, max_failures: int = 10, width: int = 160) 
             value = r.verdict if r.check in ("inputs", "determinism") else fmt_num(r.ratio)
             line = f"  {r.tensor or '-':<6} {value:>8}{flag}  ({where})"
             lines.append(_one_line(line, width))
+    shared = failure_patterns(df)
+    if shared:
+        lines.append("what the failures share:")
+        lines += [f"  {p}" for p in shared]
     f = s["failures"]
     if len(f):
         more = f", first {max_failures}" if len(f) > max_failures else ""
