@@ -35,7 +35,8 @@ def _only_at(bad: pd.DataFrame, rows: pd.DataFrame) -> list[str]:
 
 def _final_state(bad: pd.DataFrame, options: pd.DataFrame) -> str:
     """A phrase when every failing golden row has a passing 'final state not in the loss' twin."""
-    twins = options.set_index(["case_id", "tensor"])["verdict"]
+    twins = options.drop_duplicates(["case_id", "tensor"], keep="last").set_index(
+        ["case_id", "tensor"])["verdict"]
     keys = [(c, f"{t} ({FINAL_STATE_OPTION})") for c, t in zip(bad["case_id"], bad["tensor"])]
     found = [twins[k] for k in keys if k in twins.index]
     if found and all(v == "PASS" for v in found):
@@ -87,7 +88,8 @@ def _segments_only(df: pd.DataFrame) -> list[str]:
     for (op, dtype, variant, impl), bad in seg.groupby(["op", "dtype", "variant", "impl"]):
         golden = df[(df["op"] == op) & (df["dtype"] == dtype) & (df["variant"] == variant)
                     & (df["impl"] == impl) & (df["check"] == "golden")]
-        verdicts = golden.set_index(["case_id", "tensor"])["verdict"]
+        verdicts = golden.drop_duplicates(["case_id", "tensor"], keep="last").set_index(
+            ["case_id", "tensor"])["verdict"]
         keys = [k for k in zip(bad["case_id"], bad["tensor"]) if k in verdicts.index]
         if keys and all(verdicts[k] == "PASS" for k in keys):
             name = golden["subject"].iloc[0] if len(golden) else variant
