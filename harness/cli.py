@@ -9,6 +9,7 @@ import itertools
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from fla_kernels.utils import interpreting
 from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, Case, default_preset, expand
@@ -342,7 +343,7 @@ COMMANDS = {"list": lambda args: cmd_list(), "sweep": cmd_sweep, "gate": cmd_gat
             "report": cmd_report, "repro": cmd_repro, "bench": cmd_bench}
 
 
-def restart_sweep(argv: list[str], out) -> None:
+def restart_sweep(argv: list[str], out) -> NoReturn:
     """Replace this process by `python -m harness` with the same arguments, resuming into `out`
     (a fresh process, whose CUDA context works again)."""
     sys.stdout.flush()

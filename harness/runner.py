@@ -17,6 +17,7 @@ from harness.inputs import CaseInputs, make_inputs
 from harness.layer_checks import layer_rows
 from harness.metrics import compare_to_golden, compare_variants
 from harness.registry import OpSpec, load_function
+from harness.schema import FINAL_STATE_UNUSED
 from harness.tolerance import tolerance_for
 
 
@@ -147,7 +148,7 @@ def option_settings(spec: OpSpec, case: Case) -> list[tuple[str, dict]]:
     no final state, a final state left out of the loss, the initial state given without gradient
     (when the case's has one), and each optional input passed as None."""
     settings = [("no final state", {"final_state": "off"}),
-                ("final state not in the loss", {"final_state": "unused"})]
+                (FINAL_STATE_UNUSED, {"final_state": "unused"})]
     if case.h0 == "grad":
         settings.append(("initial state without gradient", {"h0_grad": False}))
     return settings + [(f"{s.name}=None", {"without": (s.name,)}) for s in spec.inputs if s.optional]

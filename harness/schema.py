@@ -16,3 +16,6 @@ COLUMNS = [
 # into segments along T, chaining the final states, with the golden.
 CHECKS = ("golden", "agreement", "run", "inputs", "determinism", "segments")
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")
+# The "options" rows name their tensor "<tensor> (<option>)"; this option runs the case with its
+# final state returned but left out of the loss (reports/patterns.py reads it back).
+FINAL_STATE_UNUSED = "final state not in the loss"

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from harness.schema import FINAL_STATE_UNUSED
+
 from .results import coerce_results, fmt_num, subject, tensor_sort_key
 
-FINAL_STATE_OPTION = "final state not in the loss"
 TF32_REL = (1e-4, 1e-2)  # median relative error of an fp32 run whose products kept 10 bits
 
 
@@ -37,7 +38,7 @@ def _final_state(bad: pd.DataFrame, options: pd.DataFrame) -> str:
     """A phrase when every failing golden row has a passing 'final state not in the loss' twin."""
     twins = options.drop_duplicates(["case_id", "tensor"], keep="last").set_index(
         ["case_id", "tensor"])["verdict"]
-    keys = [(c, f"{t} ({FINAL_STATE_OPTION})") for c, t in zip(bad["case_id"], bad["tensor"])]
+    keys = [(c, f"{t} ({FINAL_STATE_UNUSED})") for c, t in zip(bad["case_id"], bad["tensor"])]
     found = [twins[k] for k in keys if k in twins.index]
     if found and all(v == "PASS" for v in found):
         return ("they pass in the same cases when the final state is left out of the loss: the "

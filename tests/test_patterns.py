@@ -2,11 +2,10 @@
 on the rows it describes and to stay silent on rows that only look alike."""
 import pytest
 
+from harness.schema import FINAL_STATE_UNUSED as FINAL
 from reports import render_html, render_markdown, render_terminal
 from reports.patterns import failure_patterns
 from tests.test_reports import frame, row
-
-FINAL = "final state not in the loss"
 
 
 def golden(T=63, gate="normal", h0="none", tensor="dk", fail=False, dtype="bf16", rel=None, **kw):

@@ -38,12 +38,11 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 chunk_bwd_dh, chunk_fwd_h, chunk_gate_tiles,
-                                                exp_nonpos, load_prefix, load_prefix_row,
-                                                load_suffix)
+                                                exp_nonpos, load_prefix, load_suffix)
 from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.tiles import (gather_rows, load_row, load_rows, load_rows_t,
-                                          load_state, store_rows)
+from fla_kernels.ops.common.tiles import (gather_rows, load_rows, load_rows_t, load_state,
+                                          store_rows)
 from fla_kernels.utils import store_dtype
 
 BT = 64  # tokens per chunk
@@ -126,28 +125,6 @@ def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexp
     f_col = tl.where(upper[:, None], 0.0, b_f)
     pairs = upper[:, None] & ((o[None, :] & S) == 0) & ((o[:, None] ^ o[None, :]) < 2 * S)
     return f_row, f_col, pairs
-
-
-@triton.jit
-def diag_block_scores(b_q, b_pre, b_diag, k, P, base, t0, T, H: tl.constexpr, K: tl.constexpr,
-                      BC: tl.constexpr, BK: tl.constexpr, i_k):
-    """[BC, BC] scores of one gate block (rows and columns t0..t0+BC-1) over one K-block, element-wise.
-
-    b_q [BC, BK] the query rows, b_pre [BC, BK] their block-local gate prefix
-    (inclusive or exclusive), b_diag [BC] the values on the diagonal. Below it,
-    column j holds sum_d q_id k_jd exp(pre_id - pre+_jd) with pre+ the inclusive
-    prefix of row j: a difference inside one gate block, <= 0, taken one column
-    at a time so nothing is factored out and nothing can overflow.
-    """
-    o_i = tl.arange(0, BC)
-    b_A = tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
-    for j in range(BC):
-        b_kj = load_row(k, base, t0 + j, T, H, K, BK, i_k)
-        b_prej = load_prefix_row(P, base, t0 + j, T, H, K, BK, i_k, BC, False)
-        b_s = b_q * b_kj[None, :] * exp_nonpos(b_pre - b_prej[None, :])
-        b_col = tl.sum(tl.where(o_i[:, None] > j, b_s, 0.0), axis=1)
-        b_A += tl.where(o_i[None, :] == j, b_col[:, None], 0.0)
-    return b_A
 
 
 # ----------------------------------------------------------------------------- forward kernels
@@ -392,7 +369,8 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     b_qc = load_rows(q, base, c0, T, H, K, BT, BK, i_k)
     b_dk = mma_split(b_dAt, b_qc * exp_nonpos(b_from), FP32_DOT) * exp_nonpos(b_suf)
 
-    # the diagonal block, every pair at once: dq_i += sum_j dA_ij k_j E_ij, dk_j += sum_i dA_ij q_i E_ij
+    # the diagonal block, level by level (`diag_level`): dq_i += sum_j dA_ij k_j E_ij and
+    # dk_j += sum_i dA_ij q_i E_ij with E_ij = f_row_i * f_col_j
     p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
     b_dAd = tl.load(p_blk, mask=m_blk & (o_i[:, None] > o_i[None, :] + SKIP), other=0)
     b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)

@@ -42,7 +42,6 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_gated import diag_block_scores
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
@@ -55,6 +54,28 @@ from fla_kernels.utils import store_dtype
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
 STEPS = GATE_GRAD_BT // BT  # chunks per dg block
+
+
+@triton.jit
+def _diag_block_scores(b_q, b_pre, b_diag, k, P, base, t0, T, H: tl.constexpr, K: tl.constexpr,
+                       BC: tl.constexpr, BK: tl.constexpr, i_k):
+    """[BC, BC] scores of one gate block (rows and columns t0..t0+BC-1) over one K-block, element-wise.
+
+    b_q [BC, BK] the query rows, b_pre [BC, BK] their block-local gate prefix
+    (inclusive or exclusive), b_diag [BC] the values on the diagonal. Below it,
+    column j holds sum_d q_id k_jd exp(pre_id - pre+_jd) with pre+ the inclusive
+    prefix of row j: a difference inside one gate block, <= 0, taken one column
+    at a time so nothing is factored out and nothing can overflow.
+    """
+    o_i = tl.arange(0, BC)
+    b_A = tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
+    for j in range(BC):
+        b_kj = load_row(k, base, t0 + j, T, H, K, BK, i_k)
+        b_prej = load_prefix_row(P, base, t0 + j, T, H, K, BK, i_k, BC, False)
+        b_s = b_q * b_kj[None, :] * exp_nonpos(b_pre - b_prej[None, :])
+        b_col = tl.sum(tl.where(o_i[:, None] > j, b_s, 0.0), axis=1)
+        b_A += tl.where(o_i[None, :] == j, b_col[:, None], 0.0)
+    return b_A
 
 
 @triton.jit
@@ -88,7 +109,7 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
         c0 = i_c * BT
         b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
-        b_A = diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
+        b_A = _diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
                                 BT, BK, i_k)
         b_o = mma(b_q * exp_nonpos(b_p), b_h, FP32_DOT, OPERAND_DTYPE)
         b_o += mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
@@ -200,7 +221,7 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_decay = exp_nonpos(b_s)
-        b_A = diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
+        b_A = _diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
                                 BT, BK, i_k)
         b_dv = mma(tl.trans(b_A), b_do * scale, FP32_DOT, OPERAND_DTYPE)
         b_dv += mma(b_k * b_decay, b_dh, FP32_DOT, OPERAND_DTYPE)
