@@ -18,8 +18,15 @@ absolute precision, which the gradient of the gate feels. Within a chunk
     total    = sum_s g_s
 Positions past T count as zero gates.
 
+A scalar gate (simple GLA: one log decay per head and step, g [B, T, H], the same for
+every K column) needs no stored sums: `scalar_gate_tiles` takes the chunk-local
+cumsum in float64 (BT values per program), whose differences keep full float32
+precision however strong the decay.
+
 Kernels:
-- `chunk_fwd_h`: the states entering every chunk and the final state.
+- `chunk_fwd_h`: the states entering every chunk (stored in `state_dtype`: the
+  forward's o kernels round them to their bf16 / fp16 operands anyway, so storing
+  them rounded halves the traffic and changes no bit) and the final state (float32).
 - `chunk_bwd_dh`: the gradient w.r.t. the state leaving every chunk and w.r.t.
   the initial state, for outputs o_t = scale q_t S_{t-1} (rwkv6:
   `q_gate_exclusive=True`) or o_t = scale q_t S_t (gla).
@@ -40,6 +47,14 @@ from fla_kernels.ops.common.dot import add_rounded, mma
 def block_size(n: int, cap: int = 64) -> int:
     """A power-of-two block covering n (at least 16, the smallest `tl.dot` size), at most cap."""
     return min(cap, max(16, triton.next_power_of_2(n)))
+
+
+def tuned_blocks(K: int, V: int, tuning: dict | None) -> tuple[int, int, dict]:
+    """(BK, BV, launch keywords) of a kernel from its tuning entry: the block caps "BK" and "BV"
+    (64 when absent) and, where given, "num_warps" and "num_stages"."""
+    t = tuning or {}
+    launch = {name: t[name] for name in ("num_warps", "num_stages") if name in t}
+    return block_size(K, cap=t.get("BK", 64)), block_size(V, cap=t.get("BV", 64)), launch
 
 
 @triton.jit
@@ -163,32 +178,68 @@ def chunk_gate_tiles(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl
     return prefix, suffix, total
 
 
+@triton.jit
+def scalar_gate_rows(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """[BT] float64: the scalar gate g [B, T, H] at rows c0.. (zero past T)."""
+    t = c0 + tl.arange(0, BT)
+    return tl.load(g + (i_b * T + t.to(tl.int64)) * H + i_h, mask=t < T, other=0).to(tl.float64)
+
+
+@triton.jit
+def chunk_cumgate(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """(G [BT] float64, G_L scalar float64): the inclusive chunk-local cumsum of the scalar gate
+    g [B, T, H] from c0 (zero gates past T) and its value at the chunk's last row."""
+    b_G = tl.cumsum(scalar_gate_rows(g, i_b, i_h, c0, T, H, BT), axis=0)
+    # the last element itself (padded gates are zero): G_L - G_L is exactly 0
+    b_GL = tl.sum(tl.where(tl.arange(0, BT) == BT - 1, b_G, 0.0), axis=0)
+    return b_G, b_GL
+
+
+@triton.jit
+def scalar_gate_tiles(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                      PREFIX_EXCLUSIVE: tl.constexpr):
+    """`chunk_gate_tiles` for a scalar gate g [B, T, H], broadcast over BK columns: prefix and
+    suffix [BT, BK], total [BK], from the float64 chunk-local cumsum (differences of it are
+    exact to float32)."""
+    b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+    if PREFIX_EXCLUSIVE:
+        b_pre = b_G - scalar_gate_rows(g, i_b, i_h, c0, T, H, BT)
+    else:
+        b_pre = b_G
+    zeros = tl.zeros([BT, BK], dtype=tl.float32)
+    prefix = zeros + b_pre.to(tl.float32)[:, None]
+    suffix = zeros + (b_GL - b_G).to(tl.float32)[:, None]
+    total = tl.zeros([BK], dtype=tl.float32) + b_GL.to(tl.float32)
+    return prefix, suffix, total
+
+
 # ----------------------------------------------------------------------------- states
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, T, NT, H: tl.constexpr, K: tl.constexpr,
+def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, final, T, NT, H: tl.constexpr, K: tl.constexpr,
                         V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr, BK: tl.constexpr,
-                        BV: tl.constexpr, USE_G: tl.constexpr, USE_H0: tl.constexpr,
-                        FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """states[b, h, c] = state entering chunk c for c < NT; states[b, h, NT] = final state.
+                        BV: tl.constexpr, USE_G: tl.constexpr, SCALAR_GATE: tl.constexpr,
+                        USE_H0: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """states[b, h, c] = state entering chunk c (in states' dtype); final[b, h] = final state.
 
-    One program per (K-block, V-block, b*h) walks the chunks in order:
-    h <- diag(exp(total)) h + (k * exp(suffix))^T v.
+    One program per (K-block, V-block, b*h) walks the chunks in order, the state in float32:
+    h <- diag(exp(total)) h + (k * exp(suffix))^T v. SCALAR_GATE: P is the gate g [B, T, H].
     """
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_kv = (o_k[:, None] < K) & (o_v[None, :] < V)
+    o_kv = o_k[:, None] * V + o_v[None, :]
     base_k = (i_b * T * H + i_h) * K
     base_v = (i_b * T * H + i_h) * V
-    p_state = states + i_bh * (NT + 1) * K * V + o_k[:, None] * V + o_v[None, :]
+    p_state = states + i_bh * NT * K * V + o_kv
 
     b_h = tl.zeros([BK, BV], dtype=tl.float32)
     if USE_H0:
-        b_h += tl.load(h0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0).to(tl.float32)
+        b_h += tl.load(h0 + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
     for i_c in range(NT):
-        tl.store(p_state + i_c * K * V, b_h, mask=m_kv)
+        tl.store(p_state + i_c * K * V, b_h.to(states.dtype.element_ty), mask=m_kv)
         c0 = i_c * BT
         t = c0 + tl.arange(0, BT)
         p_k = k + base_k + t.to(tl.int64)[:, None] * (H * K) + o_k[None, :]
@@ -196,44 +247,62 @@ def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, T, NT, H: tl.constexpr, K: tl.co
         p_v = v + base_v + t.to(tl.int64)[:, None] * (H * V) + o_v[None, :]
         b_v = tl.load(p_v, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
         if USE_G:
-            _, b_suffix, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k, True)
+            if SCALAR_GATE:
+                _, b_suffix, b_total = scalar_gate_tiles(P, i_b, i_h, c0, T, H, BT, BK, True)
+            else:
+                _, b_suffix, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k, True)
             b_k = b_k * exp_nonpos(b_suffix)
             b_h = b_h * exp_nonpos(b_total)[:, None]
         b_h = add_rounded(b_h, mma(tl.trans(b_k), b_v, FP32_DOT, OPERAND_DTYPE))
-    tl.store(p_state + NT * K * V, b_h, mask=m_kv)
+    tl.store(final + i_bh * K * V + o_kv, b_h, mask=m_kv)
 
 
-def chunk_fwd_h(k, v, gates, initial_state, chunk_size, gate_block, fp32_dot, operand_dtype):
-    """States [B, H, NT + 1, K, V] float32: entering each of the NT chunks, then the final state.
+def _gate_args(gates, stand_in):
+    """(P, Q, USE_G, SCALAR_GATE) for the state kernels from `gates` (see `chunk_fwd_h`)."""
+    if gates is None:
+        return stand_in, stand_in, False, False
+    if isinstance(gates, torch.Tensor):
+        return gates, gates, True, True
+    return gates[0], gates[1], True, False
 
-    gates: (P, Q) from `block_gate_sums(g, gate_block)`, or None for no decay.
+
+def chunk_fwd_h(k, v, gates, initial_state, chunk_size, gate_block, fp32_dot, operand_dtype,
+                state_dtype=torch.float32, tuning=None):
+    """(states [B, H, NT, K, V] in state_dtype: the state entering each of the NT chunks,
+    final state [B, H, K, V] float32).
+
+    gates: (P, Q) from `block_gate_sums(g, gate_block)`; a scalar gate g [B, T, H] (one log
+    decay per head and step for every K column); or None for no decay. tuning: the caller's
+    block caps and launch options (`tuned_blocks`).
     """
     B, T, H, K = k.shape
     V = v.shape[-1]
     NT = triton.cdiv(T, chunk_size)
-    states = torch.empty(B, H, NT + 1, K, V, dtype=torch.float32, device=k.device)
-    BK, BV = block_size(K), block_size(V)
-    P, Q = gates if gates is not None else (k, k)
+    states = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=k.device)
+    final = torch.empty(B, H, K, V, dtype=torch.float32, device=k.device)
+    BK, BV, launch = tuned_blocks(K, V, tuning)
+    P, Q, use_g, scalar_gate = _gate_args(gates, k)
     grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
     _chunk_fwd_h_kernel[grid](
-        k, v, P, Q, k if initial_state is None else initial_state, states, T, NT, H, K, V,
-        BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=gates is not None,
-        USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype)
-    return states
+        k, v, P, Q, k if initial_state is None else initial_state, states, final, T, NT, H, K, V,
+        BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
+        USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **launch)
+    return states, final
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
                          K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, USE_G: tl.constexpr,
-                         Q_GATE_EXCLUSIVE: tl.constexpr, USE_DHT: tl.constexpr,
+                         SCALAR_GATE: tl.constexpr, Q_GATE_EXCLUSIVE: tl.constexpr, USE_DHT: tl.constexpr,
                          STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr,
                          OPERAND_DTYPE: tl.constexpr):
     """dh[b, h, c] = dLoss / d(state leaving chunk c); dh0 = dLoss / d(initial state).
 
     One program per (K-block, V-block, b*h) walks the chunks backwards:
     dh <- diag(exp(total)) dh + scale * (q * exp(prefix))^T do, with the prefix
-    exclusive (the output reads the state before the step) or inclusive.
+    exclusive (the output reads the state before the step) or inclusive. SCALAR_GATE: P is
+    the gate g [B, T, H].
     """
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -250,7 +319,7 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
         b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
     for i_r in range(NT):
         i_c = NT - 1 - i_r
-        tl.store(p_dh + i_c * K * V, b_dh, mask=m_kv)
+        tl.store(p_dh + i_c * K * V, b_dh.to(dh.dtype.element_ty), mask=m_kv)
         c0 = i_c * BT
         t = c0 + tl.arange(0, BT)
         p_q = q + base_k + t.to(tl.int64)[:, None] * (H * K) + o_k[None, :]
@@ -258,8 +327,11 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
         p_do = do + base_v + t.to(tl.int64)[:, None] * (H * V) + o_v[None, :]
         b_do = tl.load(p_do, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
         if USE_G:
-            b_prefix, _, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k,
-                                                    Q_GATE_EXCLUSIVE)
+            if SCALAR_GATE:
+                b_prefix, _, b_total = scalar_gate_tiles(P, i_b, i_h, c0, T, H, BT, BK, Q_GATE_EXCLUSIVE)
+            else:
+                b_prefix, _, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k,
+                                                        Q_GATE_EXCLUSIVE)
             b_q = b_q * exp_nonpos(b_prefix)
             b_dh = b_dh * exp_nonpos(b_total)[:, None]
         b_dh = add_rounded(b_dh, mma(tl.trans(b_q * scale), b_do, FP32_DOT, OPERAND_DTYPE))
@@ -268,23 +340,23 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
 
 
 def chunk_bwd_dh(q, gates, do, dht, scale, chunk_size, gate_block, q_gate_exclusive, need_dh0,
-                 fp32_dot, operand_dtype):
-    """(dh [B, H, NT, K, V], dh0 [B, H, K, V] or None), float32.
+                 fp32_dot, operand_dtype, state_dtype=torch.float32, tuning=None):
+    """(dh [B, H, NT, K, V] in state_dtype, dh0 [B, H, K, V] float32 or None).
 
     dh[:, :, c] is the total gradient w.r.t. the state leaving chunk c (dht for
-    the last chunk, zero when dht is None). gates: (P, Q) or None for no decay.
+    the last chunk, zero when dht is None). gates, tuning: as for `chunk_fwd_h`.
     """
     B, T, H, K = q.shape
     V = do.shape[-1]
     NT = triton.cdiv(T, chunk_size)
-    dh = torch.empty(B, H, NT, K, V, dtype=torch.float32, device=q.device)
+    dh = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=q.device)
     dh0 = torch.empty(B, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
-    BK, BV = block_size(K), block_size(V)
-    P, Q = gates if gates is not None else (q, q)
+    BK, BV, launch = tuned_blocks(K, V, tuning)
+    P, Q, use_g, scalar_gate = _gate_args(gates, q)
     grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
     _chunk_bwd_dh_kernel[grid](
         q, P, Q, do, q if dht is None else dht, dh, q if dh0 is None else dh0, scale, T, NT,
-        H, K, V, BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=gates is not None,
+        H, K, V, BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
         Q_GATE_EXCLUSIVE=q_gate_exclusive, USE_DHT=dht is not None, STORE_DH0=need_dh0,
-        FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype)
+        FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **launch)
     return dh, dh0

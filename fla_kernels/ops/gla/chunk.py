@@ -27,8 +27,8 @@ class ChunkGLAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, states, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
-        final_state = states[:, :, -1].clone() if output_final_state else None
+        o, final_state, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
+        final_state = final_state if output_final_state else None
         ctx.save_for_backward(q, k, v, g, initial_state, A)
         ctx.scale = scale
         ctx.output_final_state = output_final_state

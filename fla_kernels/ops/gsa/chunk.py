@@ -107,7 +107,7 @@ def _fwd_kernel(q, k, v, s, g, P, states_k, states_v, p, o, scale, T, NT, H: tl.
     b_q = _rows(q, base_k, c0, T, H, K, BT, BK)
     b_P = load_prefix(P, base_m, c0, T, H, M, BT, BM, 0, BT, False)
     b_g = _rows(g, base_m, c0, T, H, M, BT, BM)
-    b_hk = _mat(states_k, i_bh * (NT + 1) + i_c, M, K, BM, BK)           # hk^T entering the chunk
+    b_hk = _mat(states_k, i_bh * NT + i_c, M, K, BM, BK)           # hk^T entering the chunk
     b_z = mma(b_q, tl.trans(b_hk), FP32_DOT, OPERAND_DTYPE) * exp_nonpos(b_P)
     for j in range(BT):
         b_kj = _row(k, base_k, c0 + j, T, H, K, BK)
@@ -119,7 +119,7 @@ def _fwd_kernel(q, k, v, s, g, P, states_k, states_v, p, o, scale, T, NT, H: tl.
     b_p = b_e / tl.sum(b_e, axis=1)[:, None]
     _store(p, b_p, base_m, c0, T, H, M, BT, BM)
     if STORE_O:
-        b_hv = _mat(states_v, i_bh * (NT + 1) + i_c, M, V, BM, BV)
+        b_hv = _mat(states_v, i_bh * NT + i_c, M, V, BM, BV)
         b_o = mma(b_p * exp_nonpos(b_P), b_hv, FP32_DOT, OPERAND_DTYPE)
         for j in range(BT):
             b_vj = _row(v, base_v, c0 + j, T, H, V, BV)
@@ -145,11 +145,11 @@ def _bwd_dz_kernel(q, k, v, s, g, P, p, do, states_k, states_v, dz, y, scale, T,
     b_g = _rows(g, base_m, c0, T, H, M, BT, BM)
     b_gate = exp_nonpos(b_P)
     b_do = _rows(do, base_v, c0, T, H, V, BT, BV)
-    b_hv = _mat(states_v, i_bh * (NT + 1) + i_c, M, V, BM, BV)
+    b_hv = _mat(states_v, i_bh * NT + i_c, M, V, BM, BV)
     b_dpm = mma(b_do, tl.trans(b_hv), FP32_DOT, OPERAND_DTYPE) * b_gate  # dp without the pairs (i, i)
     if NEED_DG:
         b_q = _rows(q, base_k, c0, T, H, K, BT, BK)
-        b_hk = _mat(states_k, i_bh * (NT + 1) + i_c, M, K, BM, BK)
+        b_hk = _mat(states_k, i_bh * NT + i_c, M, K, BM, BK)
         b_zm = mma(b_q, tl.trans(b_hk), FP32_DOT, OPERAND_DTYPE) * b_gate  # z / scale without (i, i)
     for j in range(BT):
         b_vj = _row(v, base_v, c0 + j, T, H, V, BV)
@@ -195,7 +195,7 @@ def _bwd_kernel(q, k, v, s, g, P, Q, p, dz, do, states_k, states_v, dhk, dhv, dq
     b_sQ = b_s * exp_nonpos(load_suffix(Q, base_m, c0, T, H, M, BT, BM, 0))  # s carried to the chunk end
 
     # through the states entering and leaving the chunk
-    b_hk = _mat(states_k, i_bh * (NT + 1) + i_c, M, K, BM, BK)
+    b_hk = _mat(states_k, i_bh * NT + i_c, M, K, BM, BK)
     b_dhk = _mat(dhk, i_bh * NT + i_c, M, K, BM, BK)
     b_dhv = _mat(dhv, i_bh * NT + i_c, M, V, BM, BV)
     b_dq = mma(b_dz * exp_nonpos(b_P), b_hk, FP32_DOT, OPERAND_DTYPE) * scale
@@ -208,7 +208,7 @@ def _bwd_kernel(q, k, v, s, g, P, Q, p, dz, do, states_k, states_v, dhk, dhv, dq
         # boundary' = sum over both states of (S_leaving - s_L^T b_L) * dS_leaving
         b_tot = exp_nonpos(block_total(P, base_m, c0, T, H, M, BM, 0, BT))
         b_sQm = tl.where(is_last, 0.0, b_sQ)
-        b_hv = _mat(states_v, i_bh * (NT + 1) + i_c, M, V, BM, BV)
+        b_hv = _mat(states_v, i_bh * NT + i_c, M, V, BM, BV)
         b_xk = b_hk * b_tot[:, None] + mma(tl.trans(b_sQm), b_k, FP32_DOT, OPERAND_DTYPE)
         b_xv = b_hv * b_tot[:, None] + mma(tl.trans(b_sQm), b_v, FP32_DOT, OPERAND_DTYPE)
         o_m = tl.arange(0, BM)
@@ -270,7 +270,8 @@ class _Launch:
 
 
 def _states(L, q, k, v, s, gates, hk0, hv0):
-    """(hk^T states [B, H, NT + 1, M, K], hv states [B, H, NT + 1, M, V]), float32, final last."""
+    """((hk^T states [B, H, NT, M, K], final hk^T), (hv states [B, H, NT, M, V], final hv)),
+    float32."""
     hk0t = None if hk0 is None else hk0.to(torch.float32).transpose(-1, -2).contiguous()
     hv0 = None if hv0 is None else hv0.to(torch.float32).contiguous()
     states_k = chunk_fwd_h(s, k, gates, hk0t, BT, BT, L.fp32_dot, L.operand_dtype)
@@ -279,13 +280,13 @@ def _states(L, q, k, v, s, gates, hk0, hv0):
 
 
 def _forward(L, q, k, v, s, g, gates, scale, hk0, hv0, store_o=True):
-    """(o or None, p [B, T, H, M] float32, states_k, states_v)."""
-    states_k, states_v = _states(L, q, k, v, s, gates, hk0, hv0)
+    """(o or None, p [B, T, H, M] float32, (states_k, final_k), (states_v, final_v))."""
+    (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, gates, hk0, hv0)
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device) if store_o else None
     _fwd_kernel[(L.NT, L.B * L.H)](q, k, v, s, g, gates[0], states_k, states_v, p, o, scale, L.T, L.NT,
                                    STORE_O=store_o, **L.kw())
-    return o, p, states_k, states_v
+    return o, p, (states_k, final_k), (states_v, final_v)
 
 
 class ChunkGSAFunction(torch.autograd.Function):
@@ -296,11 +297,11 @@ class ChunkGSAFunction(torch.autograd.Function):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         L = _Launch(q, v, s)
         gates = block_gate_sums(g, BT)
-        o, _, states_k, states_v = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0)
+        o, _, (_, final_k), (_, final_v) = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0)
         hkt = hvt = None
         if output_final_state:
-            hkt = states_k[:, :, -1].transpose(-1, -2).contiguous()
-            hvt = states_v[:, :, -1].clone()
+            hkt = final_k.transpose(-1, -2).contiguous()
+            hvt = final_v
         ctx.save_for_backward(q, k, v, s, g, hk0, hv0)
         ctx.scale = scale
         ctx.set_materialize_grads(False)
@@ -316,7 +317,8 @@ class ChunkGSAFunction(torch.autograd.Function):
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
         gates = block_gate_sums(g, BT)
-        _, p, states_k, states_v = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0, store_o=False)
+        _, p, (states_k, _), (states_v, _) = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0,
+                                                      store_o=False)
         dots = dict(fp32_dot=L.fp32_dot, operand_dtype=L.operand_dtype)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
         dhv, dhv0 = chunk_bwd_dh(p, gates, do, dhvt, 1.0, BT, BT, q_gate_exclusive=False,

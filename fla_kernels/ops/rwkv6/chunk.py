@@ -18,7 +18,7 @@ from fla_kernels.utils import check_inputs
 
 
 def _forward(r, k, v, w, u, scale, initial_state):
-    """(o, states [B, H, NT + 1, K, V] float32 with the final state last, the scores A)."""
+    """(o, final state [B, H, K, V] float32, the scores A)."""
     return chunk_gated_fwd(r, k, v, w, u, scale, initial_state, reads_previous=True)
 
 
@@ -32,8 +32,8 @@ class ChunkRWKV6Function(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, r, k, v, w, u, scale, initial_state, output_final_state):
-        o, states, A = _forward(r, k, v, w, u, scale, initial_state)
-        final_state = states[:, :, -1].clone() if output_final_state else None
+        o, final_state, A = _forward(r, k, v, w, u, scale, initial_state)
+        final_state = final_state if output_final_state else None
         ctx.save_for_backward(r, k, v, w, u, initial_state, A)
         ctx.scale = scale
         ctx.output_final_state = output_final_state

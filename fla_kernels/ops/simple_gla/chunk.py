@@ -13,12 +13,16 @@ matrix. G is summed in float64 (BT values per program, cheap), so a
 difference G_i - G_j keeps full float32 precision even when the chunk sums
 to thousands (strong decay), and only differences with i >= j, which are
 <= 0, are exponentiated: the others are masked before the exponential.
-The chunk-to-chunk states come from ops/common/chunk_state.py (the scalar
-gate broadcast over K).
+The chunk-to-chunk states come from ops/common/chunk_state.py (its scalar-gate
+path: the same float64 chunk cumsum, broadcast over K).
 
-Forward:  chunk_fwd_h (states) -> _fwd_o_kernel (o).
+Forward:  chunk_fwd_h (states, stored in bf16 for bf16 inputs) -> _fwd_o_kernel (o).
 Backward: states recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dv_kernel (dv)
-          -> _bwd_dqkg_kernel (dq, dk and per-K-block partials of dg).
+          -> _bwd_dqkg_kernel (dq, dk and per-K-block partials of dg). States and dh are
+          stored in bf16 for bf16 inputs without a gate, else in float32 (dg reads them
+          element-wise).
+Products of two loaded 16-bit tiles take their own dtype (exact); products of a dot's
+result take rounded tf32 operands (`_Launch` says why).
 
 The gate gradient. Summing the per-channel identity (ops/common/gate_grad.py)
 over K gives, for t in chunk c,
@@ -37,29 +41,16 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, chunk_bwd_dh,
-                                                chunk_fwd_h, exp_nonpos)
+from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
+                                                tuned_blocks)
 from fla_kernels.ops.common.dot import mma, product_settings
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
 from fla_kernels.utils import check_inputs, store_dtype
 
 BT = 64  # tokens per chunk
-GS = 16  # gate block of the chunk-state kernels
 
 
 # ----------------------------------------------------------------------------- gates
-
-@triton.jit
-def chunk_cumgate(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr):
-    """(G [BT] float64, G_L scalar float64): the inclusive chunk-local cumsum of the scalar gate
-    g [B, T, H] from c0 (zero gates past T) and its value at the chunk's last row."""
-    t = c0 + tl.arange(0, BT)
-    b_g = tl.load(g + (i_b * T + t.to(tl.int64)) * H + i_h, mask=t < T, other=0).to(tl.float64)
-    b_G = tl.cumsum(b_g, axis=0)
-    # the last element itself (padded gates are zero): G_L - G_L is exactly 0
-    b_GL = tl.sum(tl.where(tl.arange(0, BT) == BT - 1, b_G, 0.0), axis=0)
-    return b_G, b_GL
-
 
 @triton.jit
 def decay_matrix(G_plus, G_minus, mask):
@@ -74,8 +65,12 @@ def decay_matrix(G_plus, G_minus, mask):
 @triton.jit(do_not_specialize=["T", "NT"])
 def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                   V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                  USE_G: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """o = scale * (exp(G) * (q h_c) + ((q k^T) * decay) v), one program per (V-block, chunk, b*h)."""
+                  USE_G: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr,
+                  INPUT_DTYPE: tl.constexpr, STATE_DTYPE: tl.constexpr):
+    """o = scale * (exp(G) * (q h_c) + ((q k^T) * decay) v), one program per (V-block, chunk, b*h).
+
+    Operands: q k^T in INPUT_DTYPE (loaded inputs: exact products), q h_c in STATE_DTYPE (the
+    stored states' dtype, or tf32 for float32 ones), the scores times v in OPERAND_DTYPE."""
     i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     base_k = (i_b * T * H + i_h) * K
@@ -87,9 +82,9 @@ def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.co
     for i_k in range(tl.cdiv(K, BK)):
         b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
         b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
-        b_h = load_state(states, i_bh * (NT + 1) + i_c, K, V, BK, BV, i_k, i_v, False)
-        b_o += mma(b_q, b_h, FP32_DOT, OPERAND_DTYPE)
-        b_A += mma(b_q, tl.trans(b_k), FP32_DOT, OPERAND_DTYPE)
+        b_h = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
+        b_o += mma(b_q, b_h, FP32_DOT, STATE_DTYPE)
+        b_A += mma(b_q, tl.trans(b_k), FP32_DOT, INPUT_DTYPE)
     causal = o_i[:, None] >= o_i[None, :]
     if USE_G:
         b_G, _ = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
@@ -104,10 +99,12 @@ def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.co
 @triton.jit(do_not_specialize=["T", "NT"])
 def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                    V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                   USE_G: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                   USE_G: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr,
+                   INPUT_DTYPE: tl.constexpr, STATE_DTYPE: tl.constexpr):
     """dv_j = scale * sum_{i >= j} (q_i . k_j) exp(G_i - G_j) do_i + exp(G_L - G_j) k_j dh_c,
     one program per (V-block, chunk, b*h); dh_c is the gradient w.r.t. the state leaving chunk c.
-    The transposed scores are their own dot (k q^T), not the transpose of another dot's result."""
+    The transposed scores are their own dot (k q^T), not the transpose of another dot's result.
+    Operands as in `_fwd_o_kernel` (dh for the states)."""
     i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     base_k = (i_b * T * H + i_h) * K
@@ -120,8 +117,8 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
         b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
         b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
         b_dh = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
-        b_At += mma(b_k, tl.trans(b_q), FP32_DOT, OPERAND_DTYPE)
-        b_dv += mma(b_k, b_dh, FP32_DOT, OPERAND_DTYPE)
+        b_At += mma(b_k, tl.trans(b_q), FP32_DOT, INPUT_DTYPE)
+        b_dv += mma(b_k, b_dh, FP32_DOT, STATE_DTYPE)
     causal_t = o_i[:, None] <= o_i[None, :]  # j <= i
     if USE_G:
         b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
@@ -137,13 +134,15 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
 def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, B, H: tl.constexpr,
                      K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                      BV: tl.constexpr, USE_G: tl.constexpr, FP32_DOT: tl.constexpr,
-                     OPERAND_DTYPE: tl.constexpr):
+                     OPERAND_DTYPE: tl.constexpr, INPUT_DTYPE: tl.constexpr,
+                     STATE_DTYPE: tl.constexpr):
     """dq, dk (in their dtype) and, with USE_G, dg_part [NK, B, T, H] float32 (this K-block's share
     of dg), one program per (K-block, chunk, b*h):
         dq_i = scale * exp(G_i) do_i h_c^T + sum_{j <= i} dA_ij k_j
         dk_j = exp(G_L - G_j) v_j dh_c^T + sum_{i >= j} dA_ij q_i
     with dA_ij = scale (do_i . v_j) exp(G_i - G_j). dA and its transpose are two dots of loaded
-    tiles (never a transposed dot result). dg: see the module docstring."""
+    tiles (never a transposed dot result). dg: see the module docstring. Operands as in
+    `_fwd_o_kernel` (states and dh alike)."""
     i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     base_k = (i_b * T * H + i_h) * K
@@ -169,12 +168,12 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
         b_dot = load_rows_t(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
-        b_ht = load_state(states, i_bh * (NT + 1) + i_c, K, V, BK, BV, i_k, i_v, True)
+        b_ht = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
         b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
-        b_dA += mma(b_do, b_vt, FP32_DOT, OPERAND_DTYPE)
-        b_dAt += mma(b_v, b_dot, FP32_DOT, OPERAND_DTYPE)
-        b_dq += mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE)
-        b_dk += mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE)
+        b_dA += mma(b_do, b_vt, FP32_DOT, INPUT_DTYPE)
+        b_dAt += mma(b_v, b_dot, FP32_DOT, INPUT_DTYPE)
+        b_dq += mma(b_do, b_ht, FP32_DOT, STATE_DTYPE)
+        b_dk += mma(b_v, b_dht, FP32_DOT, STATE_DTYPE)
         if USE_G:
             b_xt = b_ht * b_eL + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
             b_bound += tl.sum(b_xt * b_dht, axis=0)
@@ -204,6 +203,19 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
 
 # ----------------------------------------------------------------------------- launchers
 
+# Block caps and launch options per kernel, the fastest of a sweep on the H100 at K = V = 128 whose
+# results matched (benchmarks/tuning.md; _fwd_o_kernel with BK 128, BV 32 and eight warps gave wrong
+# o there). Blocks of 64 along both K and V need more than the H100's 227 KB of shared memory in
+# _bwd_dqkg_kernel with float32 (tf32) operands.
+TUNING = {
+    "fwd_h": dict(BK=128, BV=64, num_warps=4, num_stages=2),
+    "bwd_dh": dict(BK=64, BV=64),
+    "fwd_o": dict(BK=128, BV=64, num_warps=4, num_stages=2),
+    "bwd_dv": dict(BK=32, BV=64, num_warps=4, num_stages=3),
+    "bwd_dqkg": dict(BK=64, BV=32, num_warps=4, num_stages=2),
+}
+
+
 class _Launch:
     """Shapes, block sizes and dot settings shared by the launches of one call."""
 
@@ -211,60 +223,72 @@ class _Launch:
         self.B, self.T, self.H, self.K = q.shape
         self.V = v.shape[-1]
         self.NT = triton.cdiv(self.T, BT)
-        # 32-wide blocks: with fp32 operands (below) 64-wide ones need up to 246 KB of shared
-        # memory in _bwd_dqkg_kernel at K = V = 128, over the H100's 227 KB
-        self.BK, self.BV = block_size(self.K, cap=32), block_size(self.V, cap=32)
-        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
-        # 16-bit inputs take tf32 products, never bf16 / fp16 ones. With bf16 tensor-core operands
-        # the H100 (triton 3.6) gave wrong o in rows 16..63 of every chunk (the rows of warps 1-3)
-        # when the K loop ran once and BV <= 32 (K=64/V=16, K=64/V=32, K=32/V=16): the score
-        # matrix, a dot's result, feeds the next dot. tf32 products were right on those shapes
-        # and are as exact on the inputs (bf16 and fp16 values are tf32 values); fp32 inputs
-        # keep IEEE products.
+        # Products of a dot's result (the scores, dA) take tf32 operands for 16-bit inputs, never
+        # bf16 / fp16 ones. With bf16 operands throughout, the H100 (triton 3.6) gave wrong o in
+        # rows 16..63 of every chunk (the rows of warps 1-3) when the K loop ran once and BV <= 32
+        # (K=64/V=16, K=64/V=32, K=32/V=16): the score matrix, a dot's result, feeds the next
+        # dot. tf32 products were right on those shapes and are as exact on the inputs (bf16 and
+        # fp16 values are tf32 values); fp32 inputs keep IEEE products.
         self.dots = product_settings(q.dtype, tf32=True)
+        # products of two loaded inputs: in their own dtype, exact
+        self.input_dtype = product_settings(q.dtype)["OPERAND_DTYPE"]
+        # the stored states (and, without a gate, their gradients dh): bf16 for bf16 inputs, as
+        # the same-dtype reference rounds them for its products; float32 for fp16 inputs, whose
+        # range a state can outgrow. The gate's gradient takes states and dh element-wise, so
+        # with a gate the backward keeps them in float32.
+        self.state_dtype = store_dtype(q.dtype) if q.dtype == torch.bfloat16 else torch.float32
+
+    def operands(self, states):
+        """INPUT_DTYPE and STATE_DTYPE of the kernels reading `states` (or dh) in their dtype."""
+        bf16 = states.dtype == torch.bfloat16
+        return dict(INPUT_DTYPE=self.input_dtype,
+                    STATE_DTYPE=tl.bfloat16 if bf16 else self.dots["OPERAND_DTYPE"])
+
+    def blocks(self, kernel):
+        """(number of K-blocks, of V-blocks, launch keywords) of `kernel` in TUNING."""
+        BK, BV, launch = tuned_blocks(self.K, self.V, TUNING[kernel])
+        return triton.cdiv(self.K, BK), triton.cdiv(self.V, BV), dict(BK=BK, BV=BV, **launch, **self.dots)
 
 
-def _gate_sums(g, K):
-    """(P, Q) block sums of the scalar gate broadcast over K, for the chunk-state kernels; or None."""
-    if g is None:
-        return None
-    return block_gate_sums(g[..., None].expand(*g.shape, K).contiguous(), GS)
-
-
-def _states(L, k, v, gates, initial_state):
-    """[B, H, NT + 1, K, V] float32: the state entering each chunk, then the final state."""
-    return chunk_fwd_h(k, v, gates, initial_state, BT, GS, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"])
+def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
+    """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
+    return chunk_fwd_h(k, v, g, initial_state, BT, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
+                       state_dtype, TUNING["fwd_h"])
 
 
 def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
-    """(o in v's dtype, states [B, H, NT + 1, K, V] float32 with the final state last)."""
+    """(o in v's dtype, final state [B, H, K, V] float32)."""
     L = _Launch(q, v)
-    states = _states(L, k, v, _gate_sums(g, L.K), initial_state)
+    states, final = _states(L, k, v, g, initial_state, L.state_dtype)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
-        q, k, v, g, states, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK, BV=L.BV,
-        USE_G=g is not None, **L.dots)
-    return o.to(v.dtype), states
+    _, NV, kw = L.blocks("fwd_o")
+    _fwd_o_kernel[(NV, L.NT, L.B * L.H)](
+        q, k, v, g, states, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, USE_G=g is not None,
+        **L.operands(states), **kw)
+    return o.to(v.dtype), final
 
 
 def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
     """(dq, dk, dv, dg or None, dh0 or None); dht may be None (no gradient from the final state)."""
     L = _Launch(q, v)
-    gates = _gate_sums(g, L.K)
-    states = _states(L, k, v, gates, initial_state)
-    dh, dh0 = chunk_bwd_dh(q, gates, do, dht, scale, BT, GS, q_gate_exclusive=False,
+    state_dtype = L.state_dtype if g is None else torch.float32
+    states, _ = _states(L, k, v, g, initial_state, state_dtype)
+    dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, BT, q_gate_exclusive=False,
                            need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
-                           operand_dtype=L.dots["OPERAND_DTYPE"])
+                           operand_dtype=L.dots["OPERAND_DTYPE"], state_dtype=state_dtype,
+                           tuning=TUNING["bwd_dh"])
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _bwd_dv_kernel[(L.NV, L.NT, L.B * L.H)](
-        q, k, g, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK, BV=L.BV,
-        USE_G=g is not None, **L.dots)
+    _, NV, kw = L.blocks("bwd_dv")
+    _bwd_dv_kernel[(NV, L.NT, L.B * L.H)](
+        q, k, g, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, USE_G=g is not None,
+        **L.operands(dh), **kw)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
-    dg_part = (torch.empty(L.NK, L.B, L.T, L.H, dtype=torch.float32, device=q.device)
+    NK, _, kw = L.blocks("bwd_dqkg")
+    dg_part = (torch.empty(NK, L.B, L.T, L.H, dtype=torch.float32, device=q.device)
                if g is not None else None)
-    _bwd_dqkg_kernel[(L.NK, L.NT, L.B * L.H)](
+    _bwd_dqkg_kernel[(NK, L.NT, L.B * L.H)](
         q, k, v, g, do, states, dh, dq, dk, dg_part, scale, L.T, L.NT, L.B, L.H, L.K, L.V,
-        BT=BT, BK=L.BK, BV=L.BV, USE_G=g is not None, **L.dots)
+        BT=BT, USE_G=g is not None, **L.operands(states), **kw)
     dg = None if g is None else dg_part.sum(0).to(g.dtype)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg, dh0
 
@@ -275,8 +299,8 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, states = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state)
-        final_state = states[:, :, -1].clone() if output_final_state else None
+        o, final_state = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state)
+        final_state = final_state if output_final_state else None
         ctx.save_for_backward(q, k, v, g, initial_state)
         ctx.scale = scale
         ctx.output_final_state = output_final_state
