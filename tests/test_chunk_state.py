@@ -6,6 +6,7 @@ import fla_kernels  # noqa: F401  (sets the interpreter up before triton is impo
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 
 from fla_kernels.ops.common.chunk_state import block_gate_sums, chunk_bwd_dh, chunk_fwd_h
 from tests.kernel_testing import DEVICE
@@ -31,7 +32,7 @@ def test_scalar_gate_states_match_the_gate_broadcast_over_k(strength):
     _, k, v, _, g, h0 = _inputs(strength)
     states, final = chunk_fwd_h(k, v, g, h0, BT, GS, True, None)
     want, want_final = chunk_fwd_h(k, v, _broadcast(g), h0, BT, GS, True, None)
-    assert states.shape == (B, H, triton_cdiv(T, BT), K, V) and final.dtype == torch.float32
+    assert states.shape == (B, H, triton.cdiv(T, BT), K, V) and final.dtype == torch.float32
     torch.testing.assert_close(states, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(final, want_final, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(final, chunk_fwd_h(k, v, None, h0, BT, GS, True, None)[1]), \
@@ -78,9 +79,6 @@ def test_states_stored_in_16_bits_are_the_float32_ones_rounded(state_dtype, kern
         assert not torch.equal(states.float(), want), "the states must be rounded"
     assert torch.equal(final, want_final), "the final state (dh0) stays float32, never rounded"
 
-
-def triton_cdiv(a, b):
-    return -(-a // b)
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the GPU's o kernel rounds the states to its 16-bit operands")

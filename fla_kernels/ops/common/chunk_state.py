@@ -24,9 +24,9 @@ cumsum in float64 (BT values per program), whose differences keep full float32
 precision however strong the decay.
 
 Kernels:
-- `chunk_fwd_h`: the states entering every chunk (stored in `state_dtype`: the
-  forward's o kernels round them to their bf16 / fp16 operands anyway, so storing
-  them rounded halves the traffic and changes no bit) and the final state (float32).
+- `chunk_fwd_h`: the states entering every chunk, stored in the caller's
+  `state_dtype` (16 bits where the next product rounds them to 16-bit operands
+  anyway: half the traffic), and the final state (always float32).
 - `chunk_bwd_dh`: the gradient w.r.t. the state leaving every chunk and w.r.t.
   the initial state, for outputs o_t = scale q_t S_{t-1} (rwkv6:
   `q_gate_exclusive=True`) or o_t = scale q_t S_t (gla).
