@@ -81,10 +81,15 @@ def test_states_stored_in_16_bits_are_the_float32_ones_rounded(state_dtype, kern
 
 
 
-@pytest.mark.skipif(DEVICE != "cuda", reason="the GPU's o kernel rounds the states to its 16-bit operands")
+@pytest.mark.skipif(DEVICE != "cuda",
+                    reason="the GPU's kernels round what they read to 16-bit operands")
 @pytest.mark.parametrize("op", ["gla", "rwkv6"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_gated_output_is_the_same_to_the_bit_with_16_bit_states(op, dtype, monkeypatch):
+def test_gated_results_are_the_same_to_the_bit_with_16_bit_states_and_scores(op, dtype,
+                                                                             monkeypatch):
+    """The forward's states and scores A are stored in the inputs' dtype because every kernel
+    that reads them rounds them to 16-bit operands anyway: stored in float32 instead, the
+    output, final state and every gradient must come out the same to the bit."""
     from fla_kernels.ops.common import chunk_gated
     from fla_kernels.ops.gla import chunk_gla
     from fla_kernels.ops.rwkv6 import chunk_rwkv6
@@ -92,14 +97,21 @@ def test_gated_output_is_the_same_to_the_bit_with_16_bit_states(op, dtype, monke
     q, k, v = (torch.randn(2, 200, 2, 64, generator=gen).to(DEVICE, dtype) for _ in range(3))
     g = (F.logsigmoid(torch.randn(2, 200, 2, 64, generator=gen)) / 8).to(DEVICE, dtype)
     h0 = torch.randn(2, 2, 64, 64, generator=gen).to(DEVICE)
-    if op == "gla":
-        call = lambda: chunk_gla(q, k, v, g, initial_state=h0, output_final_state=True)  # noqa: E731
-    else:
-        u = torch.randn(2, 64, generator=gen).to(DEVICE, dtype)
-        call = lambda: chunk_rwkv6(q, k, v, g, u, initial_state=h0, output_final_state=True)  # noqa: E731
-    o16, ht16 = call()
-    real = chunk_gated._states
-    monkeypatch.setattr(chunk_gated, "_states",
-                        lambda L, k, v, gates, h0, state_dtype=None: real(L, k, v, gates, h0))
-    o32, ht32 = call()
-    assert torch.equal(o16, o32) and torch.equal(ht16, ht32)
+    u = torch.randn(2, 64, generator=gen).to(DEVICE, dtype)
+    do = torch.randn(2, 200, 2, 64, generator=gen).to(DEVICE, dtype)
+
+    def call():
+        x = [t.detach().clone().requires_grad_() for t in (q, k, v, g, u, h0)]
+        if op == "gla":
+            o, ht = chunk_gla(*x[:4], initial_state=x[5], output_final_state=True)
+        else:
+            o, ht = chunk_rwkv6(*x[:5], initial_state=x[5], output_final_state=True)
+        (o * do).sum().backward()
+        return [o, ht] + [t.grad for t in x if t.grad is not None]
+
+    narrow = call()
+    monkeypatch.setattr(chunk_gated, "store_dtype", lambda dtype: torch.float32)
+    wide = call()
+    assert len(narrow) == (8 if op == "rwkv6" else 7)
+    for a, b in zip(narrow, wide):
+        assert torch.equal(a, b)

@@ -1,5 +1,5 @@
-"""`diag_level`, the factored pair products of a gate block's diagonal, run through the Triton
-interpreter on CPU: every pair below the diagonal in exactly one level, factors whose product is
+"""`diag_level`, the factored pair products of a gate block's diagonal (the Triton interpreter on
+CPU, or the GPU): every pair below the diagonal in exactly one level, factors whose product is
 exp(pre_i - pre+_j), and nothing above 1 or non-finite under the strongest decay."""
 import fla_kernels  # noqa: F401  (sets the interpreter up before triton is imported)
 import pytest
@@ -9,6 +9,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_gated import BC, LEVELS, diag_level
 from fla_kernels.ops.common.chunk_state import block_gate_sums, load_prefix
+from tests.kernel_testing import DEVICE
 
 K = 16
 
@@ -35,11 +36,11 @@ def _levels_kernel(P, E, count, T, K: tl.constexpr, BC: tl.constexpr, LEVELS: tl
 def levels(g: torch.Tensor, exclusive: bool):
     """(E, count) of `_levels_kernel` for the gate g [T, K] (T <= BC)."""
     T = g.shape[0]
-    P, _ = block_gate_sums(g.reshape(1, T, 1, K).contiguous(), BC)
-    E = torch.empty(BC, BC, K)
-    count = torch.empty(BC, BC, dtype=torch.int32)
+    P, _ = block_gate_sums(g.reshape(1, T, 1, K).contiguous().to(DEVICE), BC)
+    E = torch.empty(BC, BC, K, device=DEVICE)
+    count = torch.empty(BC, BC, dtype=torch.int32, device=DEVICE)
     _levels_kernel[(1,)](P, E, count, T, K=K, BC=BC, LEVELS=LEVELS, EXCLUSIVE=exclusive)
-    return E, count
+    return E.cpu(), count.cpu()
 
 
 def expected(g: torch.Tensor, exclusive: bool) -> torch.Tensor:

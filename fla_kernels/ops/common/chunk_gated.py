@@ -13,10 +13,10 @@ chunk's total:
     A_ij = sum_d q_id k_jd exp(pre_id - pre+_jd)   (j < i; pre+ the inclusive prefix)
     A_ii = sum_d q_id k_id (gla)   or   sum_d q_id u_d k_id (rwkv6)
     h_{c+1} = diag(exp(tot)) h_c + (k * exp(suf))^T v
-A is built from sub-chunks of BC = 16 rows. The rows of sub-chunk I left of its diagonal block are
-one product (q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T over the rows of every earlier
-sub-chunk J, with pre_I, suf_J the gate sums inside the sub-chunks I, J and `between` the sums of
-the sub-chunks between them: the reference point is the start of I, so both exponents are <= 0.
+A is built from sub-chunks of BC = 16 rows. Its block (I, J) left of the diagonal (J < I) is one
+product (q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T, with pre_I, suf_J the gate sums inside
+the sub-chunks I, J and `between` the sums of the sub-chunks between them: the reference point is
+the start of I, so both exponents are <= 0.
 The diagonal blocks are split the same way, recursively: the pairs of rows that first differ in
 bit S of their block index are one small dot with the reference point between them
 (`diag_level`, four levels for BC = 16), so no exponent exceeds 0 there either. Every exponent is a
@@ -38,7 +38,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 chunk_bwd_dh, chunk_fwd_h, chunk_gate_tiles,
-                                                exp_nonpos, load_prefix, load_suffix)
+                                                exp_nonpos, load_prefix, load_suffix, tuned_blocks)
 from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import (gather_rows, load_rows, load_rows_t, load_state,
@@ -48,10 +48,11 @@ from fla_kernels.utils import store_dtype
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
 # Launch settings measured on the H100 (B=8, T=2048, H=16, K=V=128, bf16; benchmarks/tuning.md):
-# 32-wide K-blocks for both intra-chunk kernels, two warps for the scores and four for the
-# backward; two pipeline stages for the others.
+# two warps for both intra-chunk kernels, over 32-wide K-blocks for the scores and 64-wide ones
+# for the backward; 64 x 32 blocks for the inter-chunk backward; two pipeline stages for the others.
 INTRA_A = dict(BK_CAP=32, num_warps=2)
-INTRA_BWD = dict(BK_CAP=32, num_warps=4)
+INTRA_BWD = dict(BK_CAP=64, num_warps=2)
+INTER_BWD = dict(BK=64, BV=32, num_warps=4, num_stages=2)
 TWO_STAGES = dict(num_warps=4, num_stages=2)
 # the state kernel: 64 x 128 blocks of the state, two stages (0.179 -> 0.157 ms forward, 16-bit states)
 FWD_H = dict(BK=64, BV=128, num_warps=4, num_stages=2)
@@ -78,27 +79,14 @@ def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: t
 
 
 @triton.jit
-def sub_chunk_gates(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                    BC: tl.constexpr, BK: tl.constexpr, i_k, i_i, FROM_EXCLUSIVE: tl.constexpr):
-    """(to_i, from_i), [BT, BK] gate sums of the chunk at c0 relative to its sub-chunk i_i.
-
-    Rows j of earlier sub-chunks: to_i[j] = the sum of g after row j up to the start of
-    sub-chunk i_i (its own sub-chunk's suffix plus the totals of the sub-chunks in between).
-    Rows l of later sub-chunks: from_i[l] = the sum of g after sub-chunk i_i up to row l
-    (inclusive, or exclusive with FROM_EXCLUSIVE). Other rows hold meaningless values <= 0 that
-    callers mask. Each is a sum of stored non-positive block sums, added in the same order as
-    any other kernel adds them.
-    """
-    blk = (tl.arange(0, BT) // BC)[:, None]
-    between_to = tl.zeros([BT, BK], dtype=tl.float32)
-    between_from = tl.zeros([BT, BK], dtype=tl.float32)
-    for i_s in tl.static_range(BT // BC):
-        b_tot = block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)[None, :]
-        between_to += tl.where((blk < i_s) & (i_s < i_i), b_tot, 0.0)
-        between_from += tl.where((blk > i_s) & (i_s > i_i), b_tot, 0.0)
-    to_i = load_suffix(Q, base, c0, T, H, K, BT, BK, i_k) + between_to
-    from_i = load_prefix(P, base, c0, T, H, K, BT, BK, i_k, BC, FROM_EXCLUSIVE) + between_from
-    return to_i, from_i
+def between_total(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+                  BK: tl.constexpr, i_k, first, end):
+    """[BK] sum of the gate over the sub-chunks first..end-1 of the chunk at c0 (zero when
+    none), their stored totals added in increasing order, as every kernel adds them."""
+    b_sum = tl.zeros([BK], dtype=tl.float32)
+    for i_s in range(first, end):
+        b_sum += block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)
+    return b_sum
 
 
 @triton.jit
@@ -135,48 +123,63 @@ def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexp
 def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BC: tl.constexpr, BK: tl.constexpr, READS_PREVIOUS: tl.constexpr,
                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr, LEVELS: tl.constexpr):
-    """A [B, H, T, BT] float32: the intra-chunk scores, on and below the diagonal.
+    """A [B, H, T, BT]: the intra-chunk scores, on and below the diagonal.
 
-    One program per (sub-chunk I, chunk, b*h) fills the rows of sub-chunk I. Left of its
-    diagonal block: one dot over K of q_I * exp(pre_I) and k * exp(to_I) (`sub_chunk_gates`),
-    both exponents <= 0. The diagonal block: one dot per level of `diag_level` with tf32
-    operands (IEEE for fp32 inputs), plus the gate-free i = j term sum_d q_id k_id (times u_d
-    for rwkv6) in fp32.
+    One program per (block, chunk, b*h) fills one [BC, BC] block of the chunk's scores: the
+    NC diagonal blocks first, then the NC (NC - 1) / 2 blocks (I, J) left of them. Those are
+    one dot over K of q_I * exp(pre_I) and k_J * exp(suf_J + between) (`between_total`), the
+    reference point at the start of I, both exponents <= 0. A diagonal block: one dot per level
+    of `diag_level` with tf32 operands (IEEE for fp32 inputs), plus the gate-free i = j term
+    sum_d q_id k_id (times u_d for rwkv6) in fp32.
     """
-    i_i, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    NC: tl.constexpr = BT // BC
+    i_p, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     base = (i_b * T * H + i_h) * K
     c0 = i_c * BT
-    t_i = c0 + i_i * BC
     o_i = tl.arange(0, BC)
-    b_A = tl.zeros([BC, BT], dtype=tl.float32)
-    b_Ad = tl.zeros([BC, BC], dtype=tl.float32)
-    for i_k in range(tl.cdiv(K, BK)):
-        o_d = i_k * BK + tl.arange(0, BK)
-        b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
-        b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
-        b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-        if i_i > 0:
-            b_kc = load_rows(k, base, c0, T, H, K, BT, BK, i_k)
-            b_to, _ = sub_chunk_gates(P, Q, base, c0, T, H, K, BT, BC, BK, i_k, i_i, READS_PREVIOUS)
-            b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_kc * exp_nonpos(b_to)), FP32_DOT,
+    if i_p >= NC:
+        # block (I, J), J < I, numbered row by row: (1, 0), (2, 0), (2, 1), (3, 0), ...
+        i_o = i_p - NC
+        i_i = 1
+        for i_r in tl.static_range(2, NC):
+            i_i += (i_o >= i_r * (i_r - 1) // 2).to(tl.int32)
+        i_j = i_o - i_i * (i_i - 1) // 2
+        t_i = c0 + i_i * BC
+        t_j = c0 + i_j * BC
+        b_A = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+            b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+            b_k = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
+            b_to = (load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
+                    + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
+            b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_k * exp_nonpos(b_to)), FP32_DOT,
                        OPERAND_DTYPE)
-        if READS_PREVIOUS:
-            b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
-            b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
-        else:
-            b_diag = tl.sum(b_q * b_k, axis=1)
-        b_Ad += tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
-        b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
-        for lvl in tl.static_range(LEVELS):
-            f_row, f_col, pairs = diag_level(P, base, t_i, T, H, K, BC, BK, i_k, b_pre, b_prej,
-                                             1 << lvl)
-            b_Ad += tl.where(pairs, mma(b_q * f_row, tl.trans(b_k * f_col), FP32_DOT, tl.float32),
-                             0.0)
-    p_A, m_A = _score_block(A, i_bh, T, t_i, 0, BC, BT, BT, False)
-    tl.store(p_A, b_A, mask=m_A & (tl.arange(0, BT) < i_i * BC)[None, :])
-    p_A, m_A = _score_block(A, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
-    tl.store(p_A, b_Ad, mask=m_A)
+        p_A, m_A = _score_block(A, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
+        tl.store(p_A, b_A.to(A.dtype.element_ty), mask=m_A)
+    else:
+        t_i = c0 + i_p * BC
+        b_Ad = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_d = i_k * BK + tl.arange(0, BK)
+            b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
+            b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
+            b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+            if READS_PREVIOUS:
+                b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
+                b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
+            else:
+                b_diag = tl.sum(b_q * b_k, axis=1)
+            b_Ad += tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
+            b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
+            for lvl in tl.static_range(LEVELS):
+                f_row, f_col, pairs = diag_level(P, base, t_i, T, H, K, BC, BK, i_k, b_pre, b_prej,
+                                                 1 << lvl)
+                b_Ad += tl.where(pairs, mma(b_q * f_row, tl.trans(b_k * f_col), FP32_DOT,
+                                            tl.float32), 0.0)
+        p_A, m_A = _score_block(A, i_bh, T, t_i, i_p * BC, BC, BC, BT, False)
+        tl.store(p_A, b_Ad.to(A.dtype.element_ty), mask=m_A)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -312,9 +315,9 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     sub-chunk I, per (K-block and sub-chunk, chunk, b*h).
 
     dq_i += sum_{j < i} dA_ij k_j exp(pre_i - pre+_j) and
-    dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): the pairs with the other
-    sub-chunks as one dot each (exp(pre_I) factored out of the dq sums, exp(suf_I)
-    out of the dk sums; `sub_chunk_gates`), the diagonal block as two dots per level of
+    dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): the pairs with each other
+    sub-chunk as one dot (exp(pre_I) factored out of the dq sums, exp(suf_I)
+    out of the dk sums; `between_total`), the diagonal block as two dots per level of
     `diag_level`. The dots take `mma_split` operands: see its docstring.
 
     dg comes from chunk_gate_grad, whose sums over the chunk cancel every term
@@ -338,7 +341,6 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     c0 = i_c * BT
     last = tl.minimum(c0 + BT, T) - 1
     o_i = tl.arange(0, BC)
-    o_t = tl.arange(0, BT)
     o_d = i_k * BK + tl.arange(0, BK)
     m_d = o_d < K
     b_dk_last = tl.load(dk_last + (i_bh * NT + i_c) * K + o_d, mask=m_d, other=0)
@@ -356,20 +358,30 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     b_suf = load_suffix(Q, base, t_i, T, H, K, BC, BK, i_k)
     p_dA = dA + (i_bh * T + t.to(tl.int64)) * BT
     b_dA_diag = tl.load(p_dA + (t - c0), mask=t < T, other=0)
-    b_to, b_from = sub_chunk_gates(P, Q, base, c0, T, H, K, BT, BC, BK, i_k, i_i, READS_PREVIOUS)
-
-    # rows I through the state, from the sub-chunks before I (dq) and after I (dk): one dot each
-    # over the chunk's rows, dA masked to those sub-chunks and to pairs that carry a gate
-    p_blk, m_blk = _score_block(dA, i_bh, T, t_i, 0, BC, BT, BT, False)
-    m_blk &= (o_t[None, :] < i_i * BC) & (o_t[None, :] + SKIP < (t - c0)[:, None])
-    b_dA = tl.load(p_blk, mask=m_blk, other=0)
-    b_kc = load_rows(k, base, c0, T, H, K, BT, BK, i_k)
-    b_dq = mma_split(b_dA, b_kc * exp_nonpos(b_to), FP32_DOT) * exp_nonpos(b_pre)
-    p_blk, m_blk = _score_block(dA, i_bh, T, c0, i_i * BC, BT, BC, BT, True)
-    m_blk &= (o_t[None, :] >= (i_i + 1) * BC) & (o_t[None, :] > i_i * BC + o_i[:, None] + SKIP)
-    b_dAt = tl.load(p_blk, mask=m_blk, other=0)
-    b_qc = load_rows(q, base, c0, T, H, K, BT, BK, i_k)
-    b_dk = mma_split(b_dAt, b_qc * exp_nonpos(b_from), FP32_DOT) * exp_nonpos(b_suf)
+    # rows I through the state from the sub-chunks J before I (dq) and after I (dk): one dot per
+    # J, dA masked to the pairs that carry a gate
+    b_dq = tl.zeros([BC, BK], dtype=tl.float32)
+    for i_j in range(0, i_i):
+        t_j = c0 + i_j * BC
+        b_to = (load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
+                + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
+        p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
+        m_blk &= i_j * BC + o_i[None, :] + SKIP < (t - c0)[:, None]
+        b_dAj = tl.load(p_blk, mask=m_blk, other=0)
+        b_kj = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
+        b_dq += mma_split(b_dAj, b_kj * exp_nonpos(b_to), FP32_DOT)
+    b_dq *= exp_nonpos(b_pre)
+    b_dk = tl.zeros([BC, BK], dtype=tl.float32)
+    for i_j in range(i_i + 1, NC):
+        t_j = c0 + i_j * BC
+        b_from = (load_prefix(P, base, t_j, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
+                  + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_i + 1, i_j)[None, :])
+        p_blk, m_blk = _score_block(dA, i_bh, T, t_j, i_i * BC, BC, BC, BT, True)
+        m_blk &= i_j * BC + o_i[None, :] > i_i * BC + o_i[:, None] + SKIP
+        b_dAt = tl.load(p_blk, mask=m_blk, other=0)
+        b_qj = load_rows(q, base, t_j, T, H, K, BC, BK, i_k)
+        b_dk += mma_split(b_dAt, b_qj * exp_nonpos(b_from), FP32_DOT)
+    b_dk *= exp_nonpos(b_suf)
 
     # the diagonal block, level by level (`diag_level`): dq_i += sum_j dA_ij k_j E_ij and
     # dk_j += sum_i dA_ij q_i E_ij with E_ij = f_row_i * f_col_j
@@ -422,7 +434,7 @@ class _Launch:
         self.V = v.shape[-1]
         self.NT = triton.cdiv(self.T, BT)
         self.BK, self.BV = block_size(self.K), block_size(self.V)
-        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        self.NV = triton.cdiv(self.V, self.BV)
         self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
         self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
         self.reads_previous = bool(reads_previous)
@@ -430,9 +442,12 @@ class _Launch:
 
 
 def _intra_scores(L, q, k, gates, u):
-    """A [B, H, T, BT] float32 (only its lower triangle is meaningful)."""
-    A = torch.empty(L.B, L.H, L.T, BT, dtype=torch.float32, device=q.device)
-    _intra_A_kernel[(BT // BC, L.NT, L.B * L.H)](
+    """A [B, H, T, BT] (only its lower triangle is meaningful), in the inputs' dtype on a GPU:
+    its two readers (`_fwd_o_kernel`, `_bwd_dv_kernel`) round it to their 16-bit operands
+    anyway, so o and dv are the same to the bit with half the traffic (`store_dtype`)."""
+    A = torch.empty(L.B, L.H, L.T, BT, dtype=store_dtype(q.dtype), device=q.device)
+    NC = BT // BC
+    _intra_A_kernel[(NC + NC * (NC - 1) // 2, L.NT, L.B * L.H)](
         q, k, *gates, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
         READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], LEVELS=LEVELS, **L.dots)
     return A
@@ -451,8 +466,9 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     rounds them to its bf16 / fp16 operands anyway, so o is the same to the bit with half the
     traffic (under the interpreter, whose 16-bit stores truncate, in float32: `store_dtype`).
 
-    A [B, H, T, BT] float32, the intra-chunk scores, is for `chunk_gated_bwd`: keeping it costs as
-    much memory as one bf16 input at K = 128 and saves the backward its slowest recomputation.
+    A [B, H, T, BT], the intra-chunk scores (16-bit like the states, `_intra_scores`), is for
+    `chunk_gated_bwd`: keeping it costs half the memory of one bf16 input at K = 128 and saves the
+    backward its slowest recomputation.
 
     reads_previous=False: gla (u must be None); True: rwkv6 (u [H, K]). Inputs contiguous.
     """
@@ -475,7 +491,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
-    grid_v, grid_k = (L.NV, L.NT, L.B * L.H), (L.NK, L.NT, L.B * L.H)
+    grid_v = (L.NV, L.NT, L.B * L.H)
     gates = block_gate_sums(g, BC)
     states, _ = _states(L, k, v, gates, initial_state)
     dh, dh0 = chunk_bwd_dh(q, gates, do, dht, scale, BT, BC, q_gate_exclusive=L.reads_previous,
@@ -483,7 +499,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
                            operand_dtype=L.dots["OPERAND_DTYPE"])
     if A is None:
         A = _intra_scores(L, q, k, gates, u)
-    dA = torch.empty_like(A)
+    dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)
     _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _bwd_dv_kernel[grid_v](k, *gates, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
@@ -493,9 +509,10 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)
     dk_last = torch.empty_like(boundary)
     dq_first = torch.empty_like(boundary) if L.reads_previous else dk_last
-    _bwd_inter_kernel[grid_k](k, v, *gates, do, states, dh, dqs, dks, dq_first, dk_last, boundary,
-                              scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK, BV=L.BV,
-                              READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
+    BK, BV, launch = tuned_blocks(L.K, L.V, INTER_BWD)
+    _bwd_inter_kernel[(triton.cdiv(L.K, BK), L.NT, L.B * L.H)](
+        k, v, *gates, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale, L.T, L.NT, L.H,
+        L.K, L.V, BT=BT, BC=BC, BK=BK, BV=BV, READS_PREVIOUS=L.reads_previous, **launch, **L.dots)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
     du_part = (torch.empty(L.B, L.NT * (BT // BC), L.H, L.K, dtype=torch.float32, device=q.device)
                if L.reads_previous else boundary)

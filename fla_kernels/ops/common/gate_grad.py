@@ -26,10 +26,10 @@ import triton.language as tl
 @triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: tl.constexpr,
                             NT, BT: tl.constexpr, BK: tl.constexpr, Q_READS_CURRENT: tl.constexpr):
-    i_c, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     t = i_c * BT + tl.arange(0, BT).to(tl.int64)
-    d = tl.arange(0, BK)
+    d = i_k * BK + tl.arange(0, BK)
     chunk_end = tl.minimum(i_c * BT + BT, T)
     mask = (t[:, None] < T) & (d[None, :] < K)
     offs = ((i_b * T + t[:, None]) * H + i_h) * K + d[None, :]
@@ -51,14 +51,16 @@ def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: t
     tl.store(dw + offs, b_dw.to(dw.dtype.element_ty), mask=mask)
 
 
-def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dtype):
-    """dw [B, T, H, K] in out_dtype; boundary is [B, H, NT, K] float32 with NT = ceil(T / chunk_size)."""
+def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dtype, block_k=64):
+    """dw [B, T, H, K] in out_dtype; boundary is [B, H, NT, K] float32 with NT = ceil(T / chunk_size).
+
+    One program per (K-block of at most block_k columns, chunk, b*h)."""
     B, T, H, K = q.shape
     NT = triton.cdiv(T, chunk_size)
     assert boundary.shape == (B, H, NT, K), boundary.shape
     dw = torch.empty(B, T, H, K, dtype=out_dtype, device=q.device)
-    BK = max(16, triton.next_power_of_2(K))
-    _chunk_gate_grad_kernel[(NT, B * H)](
+    BK = min(max(16, triton.next_power_of_2(K)), block_k)
+    _chunk_gate_grad_kernel[(triton.cdiv(K, BK), NT, B * H)](
         q, dq, k, dk, boundary.contiguous(), dw, T, H, K, NT, BT=chunk_size, BK=BK,
         Q_READS_CURRENT=q_reads_current)
     return dw
