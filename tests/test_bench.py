@@ -3,6 +3,7 @@ times themselves mean nothing here), throughput follows the declared FLOP and by
 arguments are usage errors."""
 import pandas as pd
 import pytest
+import torch
 
 from harness.bench import nominal_flops
 from harness.cases import Case
@@ -100,6 +101,7 @@ def test_kernel_rows_profile_the_forward_and_backward_pass(monkeypatch):
     assert kernel_rows(Candidate("fla", "chunk", "fla:chunk_rwkv6", skip="not installed"), inputs) == []
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU --kernels does time the kernels")
 def test_kernels_flag_without_a_gpu_says_so_and_writes_an_empty_split(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["bench", "--op", "rwkv6", "--variant", "fused_recurrent", "--impls", "ours",

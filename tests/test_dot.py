@@ -1,4 +1,4 @@
-"""The shared product helpers of ops/common/dot.py, run through the Triton interpreter on CPU."""
+"""The shared product helpers of ops/common/dot.py (the Triton interpreter on CPU, or the GPU)."""
 import fla_kernels  # noqa: F401  (sets the interpreter up before triton is imported)
 import pytest
 import torch
@@ -6,6 +6,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import round_tf32
+from tests.kernel_testing import DEVICE
 
 
 @triton.jit
@@ -15,9 +16,10 @@ def _round_kernel(x, y, N: tl.constexpr):
 
 
 def rounded(x: torch.Tensor) -> torch.Tensor:
+    x = x.to(DEVICE)
     y = torch.empty_like(x)
     _round_kernel[(1,)](x, y, N=x.numel())
-    return y
+    return y.cpu()
 
 
 def test_round_tf32_rounds_to_nearest_with_ties_away_from_zero():

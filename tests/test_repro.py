@@ -20,6 +20,7 @@ from harness.runner import Implementation, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
+SCRIPT_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a script's default
 ONE_CASE = "rwkv6-bf16-B2-T40-H2-K8-V6-h0_grad-normal-s1"
 NO_INITIAL_STATE = "rwkv6-bf16-B2-T40-H2-K8-V6-h0_none-normal-s1"
 
@@ -59,11 +60,13 @@ def printed_table(stdout: str) -> dict:
 
 
 def harness_rows(case_id: str, target: str, check: str = "golden", variant: str = "chunk") -> dict:
-    """{tensor: row} of run_case's `check` for the same case, `target` in place of `variant`."""
+    """{tensor: row} of run_case's `check` for the same case, `target` in place of `variant`, on
+    the device a script picks by default."""
     case = parse_case_id(case_id)
     impl = Implementation(variant, target, load_function(target))
     checks = () if check == "golden" else (check,)
-    return {r["tensor"]: r for r in run_case(get_op(case.op), case, [impl], CPU, checks=checks)
+    return {r["tensor"]: r for r in run_case(get_op(case.op), case, [impl], SCRIPT_DEVICE,
+                                             checks=checks)
             if r["check"] == check}
 
 
@@ -212,7 +215,7 @@ def test_segments_catch_a_kernel_that_ignores_its_initial_state(tmp_path, withou
 
 
 def test_our_kernel_over_segments_with_two_states_matches_the_sweep(tmp_path, without_harness):
-    """A registered Triton variant (imported from fla_kernels, interpreted on CPU), gsa's two states."""
+    """A registered Triton variant (imported from fla_kernels; interpreted on CPU), gsa's two states."""
     case_id = "gsa-bf16-B1-T20-H1-K8-V8-M8-h0_grad-normal-s0"
     path = write_repro(case_id, tmp_path, variant="fused_recurrent", segments=True)
     code, printed, output = run_script(path, without_harness)
