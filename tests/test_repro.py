@@ -13,6 +13,7 @@ import torch
 
 from harness.cases import GATES, H0_OPTIONS, Case
 from harness.checks import bitwise_equal
+from harness.environment import device as default_device
 from harness.inputs import make_inputs
 from harness.registry import OPS, get_op, load_function
 from harness.repro import parse_case_id, write_repro
@@ -20,7 +21,6 @@ from harness.runner import Implementation, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
-SCRIPT_DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # a script's default
 ONE_CASE = "rwkv6-bf16-B2-T40-H2-K8-V6-h0_grad-normal-s1"
 NO_INITIAL_STATE = "rwkv6-bf16-B2-T40-H2-K8-V6-h0_none-normal-s1"
 
@@ -65,7 +65,7 @@ def harness_rows(case_id: str, target: str, check: str = "golden", variant: str 
     case = parse_case_id(case_id)
     impl = Implementation(variant, target, load_function(target))
     checks = () if check == "golden" else (check,)
-    return {r["tensor"]: r for r in run_case(get_op(case.op), case, [impl], SCRIPT_DEVICE,
+    return {r["tensor"]: r for r in run_case(get_op(case.op), case, [impl], default_device(),
                                              checks=checks)
             if r["check"] == check}
 
