@@ -90,6 +90,16 @@ def between_total(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.const
 
 
 @triton.jit
+def suffix_to(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+              BK: tl.constexpr, i_k, i_j, i_i):
+    """[BC, BK] sum of the gate after each row of sub-chunk J = i_j up to the start of
+    sub-chunk I = i_i > J of the chunk at c0: J's block suffix plus `between_total`, the k-side
+    exponent of the block (I, J) of the scores and of dq."""
+    return (load_suffix(Q, base, c0 + i_j * BC, T, H, K, BC, BK, i_k)
+            + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
+
+
+@triton.jit
 def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
                BK: tl.constexpr, i_k, b_pre, b_prej, S: tl.constexpr):
     """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block at t0.
@@ -127,7 +137,7 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
 
     One program per (block, chunk, b*h) fills one [BC, BC] block of the chunk's scores: the
     NC diagonal blocks first, then the NC (NC - 1) / 2 blocks (I, J) left of them. Those are
-    one dot over K of q_I * exp(pre_I) and k_J * exp(suf_J + between) (`between_total`), the
+    one dot over K of q_I * exp(pre_I) and k_J * exp(suf_J + between) (`suffix_to`), the
     reference point at the start of I, both exponents <= 0. A diagonal block: one dot per level
     of `diag_level` with tf32 operands (IEEE for fp32 inputs), plus the gate-free i = j term
     sum_d q_id k_id (times u_d for rwkv6) in fp32.
@@ -152,8 +162,7 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
             b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
             b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
             b_k = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
-            b_to = (load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
-                    + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
+            b_to = suffix_to(P, Q, base, c0, T, H, K, BC, BK, i_k, i_j, i_i)
             b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_k * exp_nonpos(b_to)), FP32_DOT,
                        OPERAND_DTYPE)
         p_A, m_A = _score_block(A, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
@@ -317,7 +326,7 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     dq_i += sum_{j < i} dA_ij k_j exp(pre_i - pre+_j) and
     dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): the pairs with each other
     sub-chunk as one dot (exp(pre_I) factored out of the dq sums, exp(suf_I)
-    out of the dk sums; `between_total`), the diagonal block as two dots per level of
+    out of the dk sums; `suffix_to`, `between_total`), the diagonal block as two dots per level of
     `diag_level`. The dots take `mma_split` operands: see its docstring.
 
     dg comes from chunk_gate_grad, whose sums over the chunk cancel every term
@@ -363,8 +372,7 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     b_dq = tl.zeros([BC, BK], dtype=tl.float32)
     for i_j in range(0, i_i):
         t_j = c0 + i_j * BC
-        b_to = (load_suffix(Q, base, t_j, T, H, K, BC, BK, i_k)
-                + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
+        b_to = suffix_to(P, Q, base, c0, T, H, K, BC, BK, i_k, i_j, i_i)
         p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
         m_blk &= i_j * BC + o_i[None, :] + SKIP < (t - c0)[:, None]
         b_dAj = tl.load(p_blk, mask=m_blk, other=0)

@@ -23,6 +23,11 @@ import triton
 import triton.language as tl
 
 
+# widest K-block of a program: the whole K = 128 in one [64, 128] tile took 255 registers
+# (H100: 0.202 -> 0.177 ms at 64; benchmarks/tuning.md)
+BLOCK_K = 64
+
+
 @triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: tl.constexpr,
                             NT, BT: tl.constexpr, BK: tl.constexpr, Q_READS_CURRENT: tl.constexpr):
@@ -51,15 +56,15 @@ def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: t
     tl.store(dw + offs, b_dw.to(dw.dtype.element_ty), mask=mask)
 
 
-def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dtype, block_k=64):
+def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dtype):
     """dw [B, T, H, K] in out_dtype; boundary is [B, H, NT, K] float32 with NT = ceil(T / chunk_size).
 
-    One program per (K-block of at most block_k columns, chunk, b*h)."""
+    One program per (K-block of at most BLOCK_K columns, chunk, b*h)."""
     B, T, H, K = q.shape
     NT = triton.cdiv(T, chunk_size)
     assert boundary.shape == (B, H, NT, K), boundary.shape
     dw = torch.empty(B, T, H, K, dtype=out_dtype, device=q.device)
-    BK = min(max(16, triton.next_power_of_2(K)), block_k)
+    BK = min(max(16, triton.next_power_of_2(K)), BLOCK_K)
     _chunk_gate_grad_kernel[(triton.cdiv(K, BK), NT, B * H)](
         q, dq, k, dk, boundary.contiguous(), dw, T, H, K, NT, BT=chunk_size, BK=BK,
         Q_READS_CURRENT=q_reads_current)
