@@ -36,9 +36,10 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
-                                                chunk_bwd_dh, chunk_fwd_h, chunk_gate_tiles,
-                                                exp_nonpos, load_prefix, load_suffix, tuned_blocks)
+from fla_kernels.ops.common.chunk_state import (between_total, block_gate_sums, block_size,
+                                                chunk_bwd_dh, chunk_fwd_h,
+                                                chunk_gate_tiles, diag_level, exp_nonpos,
+                                                load_prefix, load_suffix, suffix_to, tuned_blocks)
 from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import (gather_rows, load_rows, load_rows_t, load_state,
@@ -76,55 +77,6 @@ def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: t
         col = c0 + tl.arange(0, BCOL)[None, :]
     ptrs = A + (i_bh * T + t.to(tl.int64)) * BT + col
     return ptrs, (t < T) & (col <= t % BT)
-
-
-@triton.jit
-def between_total(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-                  BK: tl.constexpr, i_k, first, end):
-    """[BK] sum of the gate over the sub-chunks first..end-1 of the chunk at c0 (zero when
-    none), their stored totals added in increasing order, as every kernel adds them."""
-    b_sum = tl.zeros([BK], dtype=tl.float32)
-    for i_s in range(first, end):
-        b_sum += block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)
-    return b_sum
-
-
-@triton.jit
-def suffix_to(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-              BK: tl.constexpr, i_k, i_j, i_i):
-    """[BC, BK] sum of the gate after each row of sub-chunk J = i_j up to the start of
-    sub-chunk I = i_i > J of the chunk at c0: J's block suffix plus `between_total`, the k-side
-    exponent of the block (I, J) of the scores and of dq."""
-    return (load_suffix(Q, base, c0 + i_j * BC, T, H, K, BC, BK, i_k)
-            + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
-
-
-@triton.jit
-def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-               BK: tl.constexpr, i_k, b_pre, b_prej, S: tl.constexpr):
-    """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block at t0.
-
-    Level S holds the pairs (i, j) whose block indices first differ in bit S: i in the upper half
-    of an aligned group of 2S rows, j in its lower half. With r the inclusive prefix at the last
-    row of that lower half, exp(pre_i - pre+_j) = exp(pre_i - r) * exp(r - pre+_j), both
-    exponents differences inside one block and <= 0 (f_row is 0 off the upper halves, f_col off
-    the lower ones): summed over the levels (four for BC = 16), the pair products of the diagonal
-    block become small dots with BC * BK exponentials per level instead of a [BC, BC, BK] cube.
-    b_pre: the rows' prefix (inclusive or exclusive), b_prej: the inclusive one.
-    """
-    o = tl.arange(0, BC)
-    upper = (o & S) != 0
-    d = i_k * BK + tl.arange(0, BK)
-    # a row is a row factor in the upper half and a column factor in the lower one: one
-    # reference row and one exponential per element serve both
-    r = t0 + tl.where(upper, (o & -S) - 1, o | (S - 1))
-    ref = tl.load(P + base + r.to(tl.int64)[:, None] * (H * K) + d[None, :],
-                  mask=(r < T)[:, None] & (d[None, :] < K), other=0)
-    b_f = exp_nonpos(tl.where(upper[:, None], b_pre - ref, ref - b_prej))
-    f_row = tl.where(upper[:, None], b_f, 0.0)
-    f_col = tl.where(upper[:, None], 0.0, b_f)
-    pairs = upper[:, None] & ((o[None, :] & S) == 0) & ((o[:, None] ^ o[None, :]) < 2 * S)
-    return f_row, f_col, pairs
 
 
 # ----------------------------------------------------------------------------- forward kernels

@@ -156,6 +156,81 @@ def block_total(P, base, b0, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constex
 
 
 @triton.jit
+def between_total(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+                  BK: tl.constexpr, i_k, first, end):
+    """[BK] sum of the gate over the sub-chunks first..end-1 of the chunk at c0 (zero when
+    none), their stored totals added in increasing order, as every kernel adds them."""
+    b_sum = tl.zeros([BK], dtype=tl.float32)
+    for i_s in range(first, end):
+        b_sum += block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)
+    return b_sum
+
+
+@triton.jit
+def suffix_to(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+              BK: tl.constexpr, i_k, i_j, i_i):
+    """[BC, BK] sum of the gate after each row of sub-chunk J = i_j up to the start of
+    sub-chunk I = i_i > J of the chunk at c0: J's block suffix plus `between_total`, the k-side
+    exponent of the block (I, J) of the scores and of dq."""
+    return (load_suffix(Q, base, c0 + i_j * BC, T, H, K, BC, BK, i_k)
+            + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
+
+
+@triton.jit
+def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
+               BK: tl.constexpr, i_k, b_pre, b_prej, S: tl.constexpr):
+    """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block at t0.
+
+    Level S holds the pairs (i, j) whose block indices first differ in bit S: i in the upper half
+    of an aligned group of 2S rows, j in its lower half. With r the inclusive prefix at the last
+    row of that lower half, exp(pre_i - pre+_j) = exp(pre_i - r) * exp(r - pre+_j), both
+    exponents differences inside one block and <= 0 (f_row is 0 off the upper halves, f_col off
+    the lower ones): summed over the levels (four for BC = 16), the pair products of the diagonal
+    block become small dots with BC * BK exponentials per level instead of a [BC, BC, BK] cube.
+    b_pre: the rows' prefix (inclusive or exclusive), b_prej: the inclusive one.
+    """
+    o = tl.arange(0, BC)
+    upper = (o & S) != 0
+    d = i_k * BK + tl.arange(0, BK)
+    # a row is a row factor in the upper half and a column factor in the lower one: one
+    # reference row and one exponential per element serve both
+    r = t0 + tl.where(upper, (o & -S) - 1, o | (S - 1))
+    ref = tl.load(P + base + r.to(tl.int64)[:, None] * (H * K) + d[None, :],
+                  mask=(r < T)[:, None] & (d[None, :] < K), other=0)
+    b_f = exp_nonpos(tl.where(upper[:, None], b_pre - ref, ref - b_prej))
+    f_row = tl.where(upper[:, None], b_f, 0.0)
+    f_col = tl.where(upper[:, None], 0.0, b_f)
+    pairs = upper[:, None] & ((o[None, :] & S) == 0) & ((o[:, None] ^ o[None, :]) < 2 * S)
+    return f_row, f_col, pairs
+
+
+@triton.jit
+def diag_level_sums(b_g, BC: tl.constexpr, S: tl.constexpr, FP32_DOT: tl.constexpr,
+                    OPERAND_DTYPE: tl.constexpr):
+    """`diag_level` (inclusive prefixes) with every exponent summed from the block's gates b_g
+    [BC, BK] (zero past T) instead of taken as a difference of two stored prefix sums.
+
+    A difference pre_i - r carries the rounding of the prefixes, eps * |r|: under strong decay
+    (a block summing to -250) 1.5e-5 of a factor near 1, which the gate gradient of gated slot
+    attention felt (fp32, T=1000: dg over its bound). Here the exponent of row i is the sum of
+    g from the first row of its half to i (upper half) or from i + 1 to the last row of its
+    half (lower half), one masked product of the gates: all terms of one sign, exact to a few
+    ulps of itself.
+    """
+    o = tl.arange(0, BC)
+    upper = (o & S) != 0
+    same = (o[:, None] ^ o[None, :]) < 2 * S
+    t_upper = ((o & S) != 0)[None, :]
+    sel = same & tl.where(upper[:, None], t_upper & (o[None, :] <= o[:, None]),
+                          (~t_upper) & (o[None, :] > o[:, None]))
+    b_f = exp_nonpos(mma(sel.to(tl.float32), b_g, FP32_DOT, OPERAND_DTYPE))
+    f_row = tl.where(upper[:, None], b_f, 0.0)
+    f_col = tl.where(upper[:, None], 0.0, b_f)
+    pairs = upper[:, None] & ((o[None, :] & S) == 0) & same
+    return f_row, f_col, pairs
+
+
+@triton.jit
 def chunk_gate_tiles(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                      GS: tl.constexpr, BK: tl.constexpr, i_k, PREFIX_EXCLUSIVE: tl.constexpr):
     """Chunk-level gate sums of the chunk starting at c0, built from block sums.
