@@ -177,6 +177,17 @@ def suffix_to(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.conste
 
 
 @triton.jit
+def _level_split(b_f, BC: tl.constexpr, S: tl.constexpr):
+    """(f_row, f_col, pairs) of level S from the factors b_f [BC, BK] of every row: a row's factor
+    is a row factor in the upper half of its group of 2S rows and a column factor in the lower
+    one; pairs [BC, BC] holds (i upper, j lower) of one group."""
+    o = tl.arange(0, BC)
+    upper = ((o & S) != 0)[:, None]
+    pairs = upper & ((o[None, :] & S) == 0) & ((o[:, None] ^ o[None, :]) < 2 * S)
+    return tl.where(upper, b_f, 0.0), tl.where(upper, 0.0, b_f), pairs
+
+
+@triton.jit
 def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
                BK: tl.constexpr, i_k, b_pre, b_prej, S: tl.constexpr):
     """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block at t0.
@@ -197,11 +208,7 @@ def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexp
     r = t0 + tl.where(upper, (o & -S) - 1, o | (S - 1))
     ref = tl.load(P + base + r.to(tl.int64)[:, None] * (H * K) + d[None, :],
                   mask=(r < T)[:, None] & (d[None, :] < K), other=0)
-    b_f = exp_nonpos(tl.where(upper[:, None], b_pre - ref, ref - b_prej))
-    f_row = tl.where(upper[:, None], b_f, 0.0)
-    f_col = tl.where(upper[:, None], 0.0, b_f)
-    pairs = upper[:, None] & ((o[None, :] & S) == 0) & ((o[:, None] ^ o[None, :]) < 2 * S)
-    return f_row, f_col, pairs
+    return _level_split(exp_nonpos(tl.where(upper[:, None], b_pre - ref, ref - b_prej)), BC, S)
 
 
 @triton.jit
@@ -223,11 +230,7 @@ def diag_level_sums(b_g, BC: tl.constexpr, S: tl.constexpr, FP32_DOT: tl.constex
     t_upper = ((o & S) != 0)[None, :]
     sel = same & tl.where(upper[:, None], t_upper & (o[None, :] <= o[:, None]),
                           (~t_upper) & (o[None, :] > o[:, None]))
-    b_f = exp_nonpos(mma(sel.to(tl.float32), b_g, FP32_DOT, OPERAND_DTYPE))
-    f_row = tl.where(upper[:, None], b_f, 0.0)
-    f_col = tl.where(upper[:, None], 0.0, b_f)
-    pairs = upper[:, None] & ((o[None, :] & S) == 0) & same
-    return f_row, f_col, pairs
+    return _level_split(exp_nonpos(mma(sel.to(tl.float32), b_g, FP32_DOT, OPERAND_DTYPE)), BC, S)
 
 
 @triton.jit

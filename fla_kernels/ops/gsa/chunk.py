@@ -12,15 +12,16 @@ exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states entering the chunk, for row
     z_i = scale (exp(P_i + pre) * (hk^T_c q_i) + sum_{j <= i} (q_i . k_j) s_j w_ij)
     o_i = (p_i * exp(P_i + pre)) hv_c + sum_{j <= i} C_ij v_j,   C_ij = sum_m p_im s_jm w_ijm
 Pairs in an earlier sub-chunk J are dots whose factors carry exp(P_I) and exp(Q_J + between)
-(`suffix_to`), the pairs inside I dots per level of `diag_level`; the pair (i, i) has no gate.
-Every exponent is a sum of non-positive stored gate sums, or inside one block a difference of two
-of them: nothing overflows. Products take tf32 operands rounded to nearest for 16-bit inputs
+(`suffix_to`), the pairs inside I dots per level of `diag_level_sums`; the pair (i, i) has no
+gate. Every exponent is a sum of non-positive gates or stored gate sums, never a difference:
+nothing overflows, and strong decays keep their precision. Products take tf32 operands rounded to nearest for 16-bit inputs
 (`mma`) and IEEE fp32 ones for fp32 inputs.
 
 Forward:  block_gate_sums -> chunk_fwd_h (hk^T, hv) -> _fwd_kernel (p, o).
 Backward: the same, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel (dp, the softmax
           backward dz = p (dp - <p, dp>), the dg readout sums y') -> chunk_bwd_dh for hk^T
-          (queries dz, values q) -> _bwd_kernel (dq, dk, dv, ds, ds', boundary') -> chunk_gate_grad.
+          (queries dz, values q) -> _bwd_dq_kernel (dq) -> _bwd_keys_kernel twice, for hk^T
+          (dk) then hv (dv), each adding its share of ds, ds' and boundary' -> chunk_gate_grad.
 
 dg follows fused_recurrent.py's module docstring: per chunk,
     dg_t = boundary' + sum_{t <= u <= L} y'_u - sum_{t <= u < L} s_u * ds'_u
@@ -51,7 +52,7 @@ NC = BT // BC
 # every kernel: four warps, two pipeline stages (H100, B=8, T=2048, H=16, K=V=128, M=64, bf16;
 # benchmarks/tuning.md)
 LAUNCH = dict(num_warps=4, num_stages=2)
-LEVELS = BC.bit_length() - 1  # the levels of `diag_level` in a block of BC rows
+LEVELS = BC.bit_length() - 1  # the levels of `diag_level_sums` in a block of BC rows
 
 
 @triton.jit
