@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
+from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.utils import store_dtype
 
 CHUNK = 64  # tokens per chunk of the gate-gradient sums
@@ -363,13 +364,14 @@ class FusedRecurrentFunction(torch.autograd.Function):
                                          STORE_DH0=need_h0, **modes)
             if need_g:
                 per_channel = gate == GATE_CHANNEL
-                dg = chunk_gate_grad(q, dqs.sum(0), k, dks.sum(0), bound.sum(0), CHUNK,
+                dg = chunk_gate_grad(q, sum_parts(dqs, torch.float32), k, sum_parts(dks, torch.float32),
+                                     bound.sum(0), CHUNK,
                                      q_reads_current=not reads_previous,
                                      out_dtype=store_dtype(g.dtype) if per_channel else torch.float32)
                 dg = (dg if per_channel else dg.sum(-1)).to(g.dtype)
         return (
-            dq.sum(0).to(q.dtype) if need_q else None,
-            dk.sum(0).to(k.dtype) if need_k else None,
+            sum_parts(dq, q.dtype) if need_q else None,
+            sum_parts(dk, k.dtype) if need_k else None,
             dv.to(v.dtype) if need_v else None,
             dg,
             du.sum((0, 1, 3)).to(u.dtype) if need_u else None,

@@ -47,6 +47,7 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, blo
                                                 load_suffix)
 from fla_kernels.ops.common.dot import add_rounded, mma, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
+from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
 from fla_kernels.utils import store_dtype
@@ -271,11 +272,6 @@ def _parts(n, like, shape=None):
     return torch.empty(n, *shape, dtype=dtype, device=like.device)
 
 
-def _total(parts, dtype):
-    """The sum of the partial results (in a fixed order: deterministic), in `dtype`."""
-    return (parts[0] if parts.shape[0] == 1 else parts.sum(0)).to(dtype)
-
-
 def _forward(q, k, v, g, scale, initial_state, output_final_state):
     L = _Launch(q, v)
     P, Q = block_gate_sums(g, BT)
@@ -284,7 +280,7 @@ def _forward(q, k, v, g, scale, initial_state, output_final_state):
     _fused_fwd_kernel[L.grid](q, k, v, P, Q, q if initial_state is None else initial_state, o,
                               q if ht is None else ht, scale, L.T, L.NT, L.H, L.K, L.V, **L.sizes,
                               USE_H0=initial_state is not None, STORE_HT=ht is not None, **L.dots)
-    return _total(o, v.dtype), ht
+    return sum_parts(o, v.dtype), ht
 
 
 def _backward(q, k, v, g, scale, initial_state, do, dht):
@@ -309,10 +305,10 @@ def _backward(q, k, v, g, scale, initial_state, do, dht):
     _fused_bwd_dkv_kernel[L.grid](q, k, v, P, Q, do, q if dht is None else dht, states, boundary,
                                   dks, dk, dv, q if dh0 is None else dh0, scale, L.T, L.NT, NB,
                                   L.H, L.K, L.V, STEPS=STEPS, STORE_DH0=dh0 is not None, **flags)
-    dqs, dks = _total(dqs, torch.float32), _total(dks, torch.float32)
+    dqs, dks = sum_parts(dqs, torch.float32), sum_parts(dks, torch.float32)
     dg = chunk_gate_grad(q, dqs, k, dks, boundary.sum(0), GATE_GRAD_BT, q_reads_current=True,
                          out_dtype=store_dtype(g.dtype))
-    return _total(dq, q.dtype), _total(dk, k.dtype), _total(dv, v.dtype), dg.to(g.dtype), dh0
+    return sum_parts(dq, q.dtype), sum_parts(dk, k.dtype), sum_parts(dv, v.dtype), dg.to(g.dtype), dh0
 
 
 class FusedChunkGLAFunction(torch.autograd.Function):

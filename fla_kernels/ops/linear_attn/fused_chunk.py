@@ -15,7 +15,7 @@ backward with its gradient dh (dk, dv, dh0):
     dv_j = k_j dh_c + scale * sum_{i >= j} (q_i . k_j) do_i
 with dh_c the gradient w.r.t. the state leaving chunk c (dht after the last).
 Partial sums over the other head dimension (dq, dk over V-blocks, dv over K-blocks)
-are reduced by torch. Every product is a dot of loaded tiles (read transposed where
+are reduced by `sum_parts`. Every product is a dot of loaded tiles (read transposed where
 needed): no dot ever takes the transpose of another dot's result or of the carried
 state; dq and dk are formed transposed and stored through transposed offsets.
 """
@@ -27,6 +27,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import block_size
 from fla_kernels.ops.common.dot import add_rounded, mma, product_settings
+from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
 from fla_kernels.ops.simple_gla.chunk import prepare
 from fla_kernels.utils import store_dtype
@@ -168,7 +169,7 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
         ctx.scale = scale
         ctx.output_final_state = output_final_state
         ctx.set_materialize_grads(False)
-        return o.sum(0).to(v.dtype), ht
+        return sum_parts(o, v.dtype), ht
 
     @staticmethod
     def backward(ctx, do, dht):
@@ -186,7 +187,7 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
             q, k, v, do, initial_state, dht, dq, dk, dv, dh0, ctx.scale, L.T, L.NT, L.B, L.H, L.K, L.V,
             BT=BT, BK=L.BK, BV=L.BV, USE_H0=initial_state is not None, USE_DHT=dht is not None,
             STORE_DH0=need_h0, num_warps=L.num_warps, **L.dots)
-        grads = (dq.sum(0).to(q.dtype), dk.sum(0).to(k.dtype), dv.sum(0).to(v.dtype), None,
+        grads = (sum_parts(dq, q.dtype), sum_parts(dk, k.dtype), sum_parts(dv, v.dtype), None,
                  None if dh0 is None else dh0.to(initial_state.dtype), None)
         return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
 

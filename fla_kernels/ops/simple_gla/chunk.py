@@ -44,6 +44,7 @@ import triton.language as tl
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
                                                 tuned_blocks)
 from fla_kernels.ops.common.dot import mma, product_settings
+from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
 from fla_kernels.utils import check_inputs, store_dtype
 
@@ -289,7 +290,7 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
     _bwd_dqkg_kernel[(NK, L.NT, L.B * L.H)](
         q, k, v, g, do, states, dh, dq, dk, dg_part, scale, L.T, L.NT, L.B, L.H, L.K, L.V,
         BT=BT, USE_G=g is not None, **L.operands(states), **kw)
-    dg = None if g is None else dg_part.sum(0).to(g.dtype)
+    dg = None if g is None else sum_parts(dg_part, g.dtype)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg, dh0
 
 
