@@ -177,6 +177,34 @@ def suffix_to(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.conste
 
 
 @triton.jit
+def suffix_to_rows(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                   BC: tl.constexpr, BK: tl.constexpr, i_k, i_i):
+    """[BT, BK] `suffix_to` for every row of the chunk at c0 in a sub-chunk before I = i_i, bit
+    for bit (the same totals added in the same order); rows of I and later hold no meaning."""
+    blk = (tl.arange(0, BT) // BC)[:, None]
+    b_between = tl.zeros([BT, BK], dtype=tl.float32)
+    for i_b in range(1, i_i):
+        b_between += tl.where(blk < i_b, block_total(P, base, c0 + i_b * BC, T, H, K, BK, i_k, BC)[None, :],
+                              0.0)
+    return load_suffix(Q, base, c0, T, H, K, BT, BK, i_k) + b_between
+
+
+@triton.jit
+def prefix_from_rows(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                     BC: tl.constexpr, BK: tl.constexpr, i_k, i_j):
+    """[BT, BK] the sum of the gate from the end of sub-chunk J = i_j through each row of a later
+    sub-chunk of the chunk at c0: the totals between (increasing order) plus the row's block
+    prefix; rows of J and earlier hold no meaning."""
+    NC: tl.constexpr = BT // BC
+    blk = (tl.arange(0, BT) // BC)[:, None]
+    b_between = tl.zeros([BT, BK], dtype=tl.float32)
+    for i_b in range(i_j + 1, NC):
+        b_between += tl.where(blk > i_b, block_total(P, base, c0 + i_b * BC, T, H, K, BK, i_k, BC)[None, :],
+                              0.0)
+    return load_prefix(P, base, c0, T, H, K, BT, BK, i_k, BC, False) + b_between
+
+
+@triton.jit
 def _level_split(b_f, BC: tl.constexpr, S: tl.constexpr):
     """(f_row, f_col, pairs) of level S from the factors b_f [BC, BK] of every row: a row's factor
     is a row factor in the upper half of its group of 2S rows and a column factor in the lower

@@ -11,16 +11,18 @@ sum of g inside I, pre / post the totals of the sub-chunks before / after I in t
 exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states entering the chunk, for rows i of I:
     z_i = scale (exp(P_i + pre) * (hk^T_c q_i) + sum_{j <= i} (q_i . k_j) s_j w_ij)
     o_i = (p_i * exp(P_i + pre)) hv_c + sum_{j <= i} C_ij v_j,   C_ij = sum_m p_im s_jm w_ijm
-Pairs in an earlier sub-chunk J are dots whose factors carry exp(P_I) and exp(Q_J + between)
-(`suffix_to`), the pairs inside I dots per level of `diag_level_sums`; the pair (i, i) has no
-gate. Every exponent is a sum of non-positive gates or stored gate sums, never a difference:
-nothing overflows, and strong decays keep their precision. Products take tf32 operands rounded to nearest for 16-bit inputs
-(`mma`) and IEEE fp32 ones for fp32 inputs.
+The pairs with the earlier sub-chunks J are one product over the chunk's rows whose factors carry
+exp(P_I) and exp(Q_J + between) (`suffix_to_rows`; the key gradients of J, with the later rows,
+take exp(P_I + between) and exp(Q_J): `prefix_from_rows`); the pairs inside I dots per level of
+`diag_level_sums`; the pair (i, i) has no gate. Every exponent is a sum of non-positive gates or stored gate sums, never a difference:
+nothing overflows, and strong decays keep their precision. Products take tf32 operands rounded
+to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for fp32 inputs.
 
-Forward:  block_gate_sums -> chunk_fwd_h (hk^T, hv) -> _fwd_kernel (p, o).
-Backward: the same, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel (dp, the softmax
-          backward dz = p (dp - <p, dp>), the dg readout sums y') -> chunk_bwd_dh for hk^T
-          (queries dz, values q) -> _bwd_dq_kernel (dq) -> _bwd_keys_kernel twice, for hk^T
+Forward:  block_gate_sums -> chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z'; p and
+          z' are kept for the backward).
+Backward: block_gate_sums -> chunk_fwd_h, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel
+          (dp, the softmax backward dz = p (dp - <p, dp>), the dg readout sums y') -> chunk_bwd_dh
+          for hk^T (queries dz, values q) -> _bwd_dq_kernel (dq) -> _bwd_keys_kernel twice, for hk^T
           (dk) then hv (dv), each adding its share of ds, ds' and boundary' -> chunk_gate_grad.
 
 dg follows fused_recurrent.py's module docstring: per chunk,
@@ -39,7 +41,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (between_total, block_gate_sums, chunk_bwd_dh,
                                                 chunk_fwd_h, diag_level_sums, exp_nonpos,
-                                                load_prefix, load_suffix, suffix_to)
+                                                load_prefix, load_suffix, prefix_from_rows,
+                                                suffix_to_rows)
 from fla_kernels.ops.common.dot import mma, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import load_rows, load_state, store_rows
@@ -49,9 +52,15 @@ from fla_kernels.utils import store_dtype
 BT = 64  # tokens per chunk: the states are stored at chunk starts
 BC = 16  # tokens per sub-chunk (one gate block), one program each
 NC = BT // BC
-# every kernel: four warps, two pipeline stages (H100, B=8, T=2048, H=16, K=V=128, M=64, bf16;
-# benchmarks/tuning.md)
-LAUNCH = dict(num_warps=4, num_stages=2)
+# per kernel: warps, pipeline stages and the widest column block of K or V read per step
+# (H100, B=8, T=2048, H=16, K=V=128, M=64, bf16; benchmarks/tuning.md). `_bwd_dq_kernel` reads
+# its state whole.
+TUNING = {
+    "fwd": dict(num_warps=4, num_stages=2, block=128),
+    "dz": dict(num_warps=2, num_stages=2, block=32),
+    "dq": dict(num_warps=4, num_stages=2, block=None),
+    "keys": dict(num_warps=4, num_stages=2, block=64),
+}
 LEVELS = BC.bit_length() - 1  # the levels of `diag_level_sums` in a block of BC rows
 
 
@@ -66,27 +75,33 @@ def _entering_gate(P, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BC: 
 
 
 @triton.jit
-def _later(w, w_scale, P, Q, base_m, c0, i_j, i_i, T, H: tl.constexpr, M: tl.constexpr,
-           BC: tl.constexpr, BM: tl.constexpr):
-    """(w_I * w_scale * exp(P_I), exp(the gate after each row of J up to the start of I)), both
-    [BC, BM], for sub-chunks J = i_j < I = i_i of the chunk at c0: the pair (i, j) decays by
-    the product of the two."""
-    t_i = c0 + i_i * BC
-    b_wP = load_rows(w, base_m, t_i, T, H, M, BC, BM, 0) * w_scale * exp_nonpos(
-        load_prefix(P, base_m, t_i, T, H, M, BC, BM, 0, BC, False))
-    return b_wP, exp_nonpos(suffix_to(P, Q, base_m, c0, T, H, M, BC, BM, 0, i_j, i_i))
+def _earlier_keys(s, P, Q, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
+                  BC: tl.constexpr, BM: tl.constexpr):
+    """[BT, BM] s_j exp(the gate after row j up to the start of sub-chunk I = i_s) for the rows j
+    of the chunk at c0 before I, 0 for the others: with exp(P_I) on the rows of I, the pair
+    (i, j) decays by the product of the two. All 0 for the first sub-chunk, at no cost."""
+    b_sE = tl.zeros([BT, BM], dtype=tl.float32)
+    if i_s > 0:
+        keep = (tl.arange(0, BT) // BC < i_s)[:, None]
+        b_to = exp_nonpos(tl.where(keep, suffix_to_rows(P, Q, base_m, c0, T, H, M, BT, BC, BM, 0, i_s),
+                                   0.0))
+        b_sE = tl.where(keep, load_rows(s, base_m, c0, T, H, M, BT, BM, 0) * b_to, 0.0)
+    return b_sE
 
 
 @triton.jit
-def _scores(x, y, base, t_x, t_y, T, H: tl.constexpr, D: tl.constexpr, BC: tl.constexpr,
-            BS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """[BC, BC] x_i . y_j for the rows i from t_x of x and j from t_y of y ([B, T, H, D] at the
-    same offsets), summed over column blocks of BS."""
-    b_A = tl.zeros([BC, BC], dtype=tl.float32)
-    for i_d in range(tl.cdiv(D, BS)):
-        b_A += mma(load_rows(x, base, t_x, T, H, D, BC, BS, i_d),
-                   tl.trans(load_rows(y, base, t_y, T, H, D, BC, BS, i_d)), FP32_DOT, OPERAND_DTYPE)
-    return b_A
+def _later_weights(w, w_scale, P, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr,
+                   BT: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr):
+    """[BT, BM] w_i * w_scale * exp(the gate from the end of sub-chunk J = i_s through row i) for
+    the rows i of the chunk at c0 after J, 0 for the others: with exp(Q_J) on the rows of J, the
+    pair (i, j) decays by the product of the two."""
+    b_wL = tl.zeros([BT, BM], dtype=tl.float32)
+    if i_s < BT // BC - 1:
+        keep = (tl.arange(0, BT) // BC > i_s)[:, None]
+        b_from = exp_nonpos(tl.where(keep, prefix_from_rows(P, base_m, c0, T, H, M, BT, BC, BM, 0, i_s),
+                                     0.0))
+        b_wL = tl.where(keep, load_rows(w, base_m, c0, T, H, M, BT, BM, 0) * w_scale * b_from, 0.0)
+    return b_wL
 
 
 @triton.jit
@@ -110,56 +125,60 @@ def _diag_weights(w, b_s, b_g, BC: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT:
 
 @triton.jit
 def _readout(x, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
-             D: tl.constexpr, M: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr,
+             D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr,
              BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
              OPERAND_DTYPE: tl.constexpr):
-    """(r', r_ii) [BC, BM] for the rows i of sub-chunk I = i_s of the chunk at c0:
+    """(r', r_ii, sE) [BC, BM] for the rows i of sub-chunk I = i_s of the chunk at c0:
     r'_i = exp(P_i + pre) (S x_i^T) + sum_{j < i} (x_i . y_j) s_j w_ij, and the gate-free pair
-    r_ii = (x_i . y_i) s_i. x, y [B, T, H, D], their scores summed over column blocks of BS;
-    S = states[index] [M, D], entering the chunk, read in column blocks of BD (a whole [64, 128]
-    float32 tile holds 64 registers)."""
+    r_ii = (x_i . y_i) s_i, and sE = `_earlier_keys` of I (for `_mix`). x, y [B, T, H, D];
+    S = states[index] [M, D], entering the chunk.
+    Read in column blocks of BD (a whole [64, 128] float32 tile holds 64 registers); the pairs
+    with earlier sub-chunks as one product over the chunk's rows."""
     t_i = c0 + i_s * BC
     b_P, b_in = _entering_gate(P, base_m, c0, i_s, T, H, M, BC, BM)
     b_r = tl.zeros([BC, BM], dtype=tl.float32)
+    b_A = tl.zeros([BC, BC], dtype=tl.float32)
+    b_Ac = tl.zeros([BC, BT], dtype=tl.float32)
     for i_d in range(tl.cdiv(D, BD)):
-        b_r += mma(load_rows(x, base, t_i, T, H, D, BC, BD, i_d),
-                   tl.trans(load_state(states, index, M, D, BM, BD, 0, i_d, False)), FP32_DOT,
+        b_x = load_rows(x, base, t_i, T, H, D, BC, BD, i_d)
+        b_r += mma(b_x, tl.trans(load_state(states, index, M, D, BM, BD, 0, i_d, False)), FP32_DOT,
                    OPERAND_DTYPE)
+        b_A += mma(b_x, tl.trans(load_rows(y, base, t_i, T, H, D, BC, BD, i_d)), FP32_DOT,
+                   OPERAND_DTYPE)
+        if i_s > 0:
+            b_Ac += mma(b_x, tl.trans(load_rows(y, base, c0, T, H, D, BT, BD, i_d)), FP32_DOT,
+                        OPERAND_DTYPE)
     b_r *= b_in
-    b_eP = exp_nonpos(b_P)
-    for i_j in range(i_s):
-        t_j = c0 + i_j * BC
-        b_A = _scores(x, y, base, t_i, t_j, T, H, D, BC, BS, FP32_DOT, OPERAND_DTYPE)
-        b_sj = load_rows(s, base_m, t_j, T, H, M, BC, BM, 0) * exp_nonpos(
-            suffix_to(P, Q, base_m, c0, T, H, M, BC, BM, 0, i_j, i_s))
-        b_r += b_eP * mma(b_A, b_sj, FP32_DOT, OPERAND_DTYPE)
+    b_sE = _earlier_keys(s, P, Q, base_m, c0, i_s, T, H, M, BT, BC, BM)
+    if i_s > 0:
+        b_r += exp_nonpos(b_P) * mma(b_Ac, b_sE, FP32_DOT, OPERAND_DTYPE)
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
-    b_A = _scores(x, y, base, t_i, t_i, T, H, D, BC, BS, FP32_DOT, OPERAND_DTYPE)
     b_g = load_rows(g, base_m, t_i, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
         f_row, f_col, pairs = diag_level_sums(b_g, BC, 1 << lvl, FP32_DOT, OPERAND_DTYPE)
         b_r += f_row * mma(tl.where(pairs, b_A, 0.0), b_s * f_col, FP32_DOT, OPERAND_DTYPE)
-    return b_r, _diagonal(b_A, BC)[:, None] * b_s
+    return b_r, _diagonal(b_A, BC)[:, None] * b_s, b_sE
 
 
 @triton.jit
-def _mix(w, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
-         D: tl.constexpr, M: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr, BM: tl.constexpr,
-         LEVELS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+def _mix(w, y, s, g, P, Q, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
+         D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr,
+         BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
+         OPERAND_DTYPE: tl.constexpr):
     """[BC, BW] (w_I * exp(P_I + pre)) S + sum_{j <= i} C_ij y_j, with C_ij = sum_m w_im s_jm w_ijm,
-    for the rows of sub-chunk I = i_s of the chunk at c0. w [BC, BM]; S = states[index] [M, D],
-    entering the chunk, read whole (column blocks, which recompute C, measured slower)."""
+    for the rows of sub-chunk I = i_s of the chunk at c0. w [BC, BM]; b_sE: `_earlier_keys` of I
+    or None (computed here); S = states[index] [M, D],
+    entering the chunk, read whole (column blocks, which recompute C, measured slower); the
+    pairs with earlier sub-chunks as one product over the chunk's rows."""
     t_i = c0 + i_s * BC
     b_P, b_in = _entering_gate(P, base_m, c0, i_s, T, H, M, BC, BM)
     b_r = mma(w * b_in, load_state(states, index, M, D, BM, BW, 0, 0, False), FP32_DOT,
               OPERAND_DTYPE)
-    b_wP = w * exp_nonpos(b_P)
-    for i_j in range(i_s):
-        t_j = c0 + i_j * BC
-        b_sj = load_rows(s, base_m, t_j, T, H, M, BC, BM, 0) * exp_nonpos(
-            suffix_to(P, Q, base_m, c0, T, H, M, BC, BM, 0, i_j, i_s))
-        b_C = mma(b_wP, tl.trans(b_sj), FP32_DOT, OPERAND_DTYPE)
-        b_r += mma(b_C, load_rows(y, base, t_j, T, H, D, BC, BW, 0), FP32_DOT, OPERAND_DTYPE)
+    if b_sE is None:
+        b_sE = _earlier_keys(s, P, Q, base_m, c0, i_s, T, H, M, BT, BC, BM)
+    if i_s > 0:
+        b_C = mma(w * exp_nonpos(b_P), tl.trans(b_sE), FP32_DOT, OPERAND_DTYPE)
+        b_r += mma(b_C, load_rows(y, base, c0, T, H, D, BT, BW, 0), FP32_DOT, OPERAND_DTYPE)
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
     b_C = _diag_weights(w, b_s, load_rows(g, base_m, t_i, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
                         OPERAND_DTYPE)
@@ -167,14 +186,14 @@ def _mix(w, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.conste
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, o, scale, T, NT, H: tl.constexpr,
+def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, zm, o, scale, T, NT, H: tl.constexpr,
                 K: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                 BK: tl.constexpr, BVW: tl.constexpr, BM: tl.constexpr,
-                LEVELS: tl.constexpr, STORE_O: tl.constexpr, FP32_DOT: tl.constexpr,
+                LEVELS: tl.constexpr, STORE_ZM: tl.constexpr, FP32_DOT: tl.constexpr,
                 OPERAND_DTYPE: tl.constexpr):
-    """p [B, T, H, M] float32 and (STORE_O) o [B, T, H, V], one program per (sub-chunk, b*h).
-    BK: the column block of hk^T and of the scores q k^T (faster than whole rows here, not in
-    the dz kernel: benchmarks/tuning.md); BVW: the whole (power-of-two) V."""
+    """o [B, T, H, V], p [B, T, H, M] float32 and (STORE_ZM, for the gate gradient) z' = z without
+    the pair (i, i) [B, T, H, M] float32, one program per (sub-chunk, b*h). BK: the column block
+    of hk^T and of the scores q k^T; BVW: the whole (power-of-two) V."""
     NC: tl.constexpr = BT // BC
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -182,45 +201,44 @@ def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, o, scale, T, NT, H: 
     i_c, i_s = i_t // NC, i_t % NC
     c0, t_i = i_c * BT, i_t * BC
     index = i_bh * NT + i_c
-    b_z, b_zd = _readout(q, k, s, g, P, Q, states_k, index, base_k, base_m, c0, i_s, T, H, K, M, BC, BK,
+    b_z, b_zd, b_sE = _readout(q, k, s, g, P, Q, states_k, index, base_k, base_m, c0, i_s, T, H, K, M, BT, BC,
                          BK, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    if STORE_ZM:
+        store_rows(zm, b_z * scale, base_m, t_i, T, H, M, BC, BM, 0)
     m_m = tl.arange(0, BM) < M
     b_z = tl.where(m_m[None, :], (b_z + b_zd) * scale, float("-inf"))
     b_e = tl.exp(b_z - tl.max(b_z, axis=1)[:, None])
     b_p = b_e / tl.sum(b_e, axis=1)[:, None]
     store_rows(p, b_p, base_m, t_i, T, H, M, BC, BM, 0)
-    if STORE_O:
-        b_o = _mix(b_p, v, s, g, P, Q, states_v, index, base_v, base_m, c0, i_s, T, H, V, M, BC, BVW, BM,
-                   LEVELS, FP32_DOT, OPERAND_DTYPE)
-        store_rows(o, b_o, base_v, t_i, T, H, V, BC, BVW, 0)
+    b_o = _mix(b_p, v, s, g, P, Q, b_sE, states_v, index, base_v, base_m, c0, i_s, T, H, V, M, BT, BC, BVW,
+               BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    store_rows(o, b_o, base_v, t_i, T, H, V, BC, BVW, 0)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_dz_kernel(q, k, v, s, g, P, Q, p, do, states_k, states_v, dz, y, scale, T, NT,
-                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
-                   BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                   BKW: tl.constexpr, BVW: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
+def _bwd_dz_kernel(v, s, g, P, Q, p, zm, do, states_v, dz, y, T, NT, H: tl.constexpr,
+                   V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                   BV: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
                    NEED_DG: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """dz = p (dp - <p, dp>) with dp_i = hv_i do_i and, with NEED_DG, y' = dz z' + p dp'
-    ([B, T, H, M] float32), one program per (sub-chunk, b*h). BK, BV: the column blocks of the
-    states; BKW, BVW: the whole K and V."""
+    """dz = p (dp - <p, dp>) with dp_i = hv_i do_i and, with NEED_DG, y' = dz z' + p dp' from the
+    forward's z' ([B, T, H, M] float32), one program per (sub-chunk, b*h). BV: the column block
+    of the state and the scores."""
     NC: tl.constexpr = BT // BC
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
-    base_k, base_v, base_m = (i_b * T * H + i_h) * K, (i_b * T * H + i_h) * V, (i_b * T * H + i_h) * M
+    base_v, base_m = (i_b * T * H + i_h) * V, (i_b * T * H + i_h) * M
     i_c, i_s = i_t // NC, i_t % NC
     c0, t_i = i_c * BT, i_t * BC
     index = i_bh * NT + i_c
-    b_dpm, b_dpd = _readout(do, v, s, g, P, Q, states_v, index, base_v, base_m, c0, i_s, T, H, V, M, BC,
-                            BV, BVW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_dpm, b_dpd, _ = _readout(do, v, s, g, P, Q, states_v, index, base_v, base_m, c0, i_s, T, H, V, M, BT,
+                            BC, BV, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     b_p = load_rows(p, base_m, t_i, T, H, M, BC, BM, 0)
     b_dp = b_dpm + b_dpd
     b_dz = b_p * (b_dp - tl.sum(b_p * b_dp, axis=1)[:, None])
     store_rows(dz, b_dz, base_m, t_i, T, H, M, BC, BM, 0)
     if NEED_DG:
-        b_zm, _ = _readout(q, k, s, g, P, Q, states_k, index, base_k, base_m, c0, i_s, T, H, K, M, BC, BK,
-                           BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
-        store_rows(y, b_dz * b_zm * scale + b_p * b_dpm, base_m, t_i, T, H, M, BC, BM, 0)
+        b_zm = load_rows(zm, base_m, t_i, T, H, M, BC, BM, 0)
+        store_rows(y, b_dz * b_zm + b_p * b_dpm, base_m, t_i, T, H, M, BC, BM, 0)
 
 
 @triton.jit
@@ -249,23 +267,24 @@ def _bwd_dq_kernel(k, s, g, P, Q, dz, states_k, dq, scale, T, NT, H: tl.constexp
     i_c, i_s = i_t // NC, i_t % NC
     t0 = i_t * BC
     b_dz = load_rows(dz, base_m, t0, T, H, M, BC, BM, 0) * scale
-    b_dq = _mix(b_dz, k, s, g, P, Q, states_k, i_bh * NT + i_c, base_k, base_m, i_c * BT, i_s, T, H, K, M,
-                BC, BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_dq = _mix(b_dz, k, s, g, P, Q, None, states_k, i_bh * NT + i_c, base_k, base_m, i_c * BT, i_s, T,
+                H, K, M, BT, BC, BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     store_rows(dq, b_dq, base_k, t0, T, H, K, BC, BKW, 0)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
 def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts, w_scale, T, NT,
                      H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
-                     BC: tl.constexpr, BD: tl.constexpr, BW: tl.constexpr, BM: tl.constexpr,
+                     BC: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,
                      LEVELS: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, NEED_DG: tl.constexpr,
                      FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """The gradients of the rows j of sub-chunk J as keys of one of the two recurrences, one program
     per (sub-chunk, b*h): (x, w, y, states, dh) = (q, dz, k, hk^T, dhk) with w_scale = scale, or
     (do, p, v, hv, dhv) with w_scale = 1. dh [B, H, NT, M, D]: the gradients w.r.t. the states
-    leaving each chunk (slot dimension first), read in column blocks of BD; BW: the whole D.
+    leaving each chunk (slot dimension first); D read in column blocks of BD.
 
-    dy = d y (dk or dv) through the leaving state, the later sub-chunks and J's own block. The
+    dy = d y (dk or dv) through the leaving state, the later sub-chunks (one product over the
+    chunk's rows) and J's own block (levels). The
     recurrence's share of ds, and with NEED_DG of ds' [B, T, H, M] and of J's part of boundary'
     [B, H, NT * NC, M] (both float32), is added to what an earlier pass left (unless FIRST) and
     left in ds_acc (float32) for the next pass or, when LAST, stored in ds (s's dtype)."""
@@ -278,32 +297,35 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
     index = i_bh * NT + i_c
     b_w = load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale
     b_s = load_rows(s, base_m, t0, T, H, M, BC, BM, 0)
-    b_out = exp_nonpos(load_suffix(Q, base_m, t0, T, H, M, BC, BM, 0)
-                       + between_total(P, base_m, c0, T, H, M, BC, BM, 0, i_s + 1, NC)[None, :])
+    b_Q = load_suffix(Q, base_m, t0, T, H, M, BC, BM, 0)
+    b_out = exp_nonpos(b_Q + between_total(P, base_m, c0, T, H, M, BC, BM, 0, i_s + 1, NC)[None, :])
     b_sO = b_s * b_out
-    b_g = load_rows(g, base_m, t0, T, H, M, BC, BM, 0)
-    b_C = _diag_weights(b_w, b_s, b_g, BC, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_C = _diag_weights(b_w, b_s, load_rows(g, base_m, t0, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
+                        OPERAND_DTYPE)
+    # the pairs (i, j) with i in a later sub-chunk: products over the chunk's rows i
+    b_wL = _later_weights(w, w_scale, P, base_m, c0, i_s, T, H, M, BT, BC, BM)
+    b_eQ = exp_nonpos(b_Q)
+    b_CL = mma(b_wL, tl.trans(b_s * b_eQ), FP32_DOT, OPERAND_DTYPE)
     b_leave = tl.zeros([BC, BM], dtype=tl.float32)
+    b_A = tl.zeros([BC, BC], dtype=tl.float32)
+    b_AL = tl.zeros([BT, BC], dtype=tl.float32)
     for i_d in range(tl.cdiv(D, BD)):
         b_dh = load_state(dh, index, M, D, BM, BD, 0, i_d, False)
-        b_leave += mma(load_rows(y, base, t0, T, H, D, BC, BD, i_d), tl.trans(b_dh), FP32_DOT,
-                       OPERAND_DTYPE)
-        b_dy = mma(b_sO, b_dh, FP32_DOT, OPERAND_DTYPE) + mma(
-            tl.trans(b_C), load_rows(x, base, t0, T, H, D, BC, BD, i_d), FP32_DOT, OPERAND_DTYPE)
-        for i_i in range(i_s + 1, NC):
-            b_wP, b_to = _later(w, w_scale, P, Q, base_m, c0, i_s, i_i, T, H, M, BC, BM)
-            b_Ci = mma(b_wP, tl.trans(b_s * b_to), FP32_DOT, OPERAND_DTYPE)
-            b_dy += mma(tl.trans(b_Ci), load_rows(x, base, c0 + i_i * BC, T, H, D, BC, BD, i_d),
-                        FP32_DOT, OPERAND_DTYPE)
+        b_y = load_rows(y, base, t0, T, H, D, BC, BD, i_d)
+        b_x = load_rows(x, base, t0, T, H, D, BC, BD, i_d)
+        b_leave += mma(b_y, tl.trans(b_dh), FP32_DOT, OPERAND_DTYPE)
+        b_A += mma(b_x, tl.trans(b_y), FP32_DOT, OPERAND_DTYPE)
+        b_dy = mma(b_sO, b_dh, FP32_DOT, OPERAND_DTYPE) + mma(tl.trans(b_C), b_x, FP32_DOT,
+                                                              OPERAND_DTYPE)
+        if i_s < NC - 1:
+            b_xc = load_rows(x, base, c0, T, H, D, BT, BD, i_d)
+            b_dy += mma(tl.trans(b_CL), b_xc, FP32_DOT, OPERAND_DTYPE)
+            b_AL += mma(b_xc, tl.trans(b_y), FP32_DOT, OPERAND_DTYPE)
         store_rows(dy, b_dy, base, t0, T, H, D, BC, BD, i_d)
     b_leave *= b_out
-    # ds through the pairs (i, j) with i > j: the later sub-chunks, then the own block by levels
-    b_ds_in = tl.zeros([BC, BM], dtype=tl.float32)
-    for i_i in range(i_s + 1, NC):
-        b_wP, b_to = _later(w, w_scale, P, Q, base_m, c0, i_s, i_i, T, H, M, BC, BM)
-        b_A = _scores(x, y, base, c0 + i_i * BC, t0, T, H, D, BC, BW, FP32_DOT, OPERAND_DTYPE)
-        b_ds_in += b_to * mma(tl.trans(b_A), b_wP, FP32_DOT, OPERAND_DTYPE)
-    b_A = _scores(x, y, base, t0, t0, T, H, D, BC, BW, FP32_DOT, OPERAND_DTYPE)
+    # ds through the pairs (i, j) with i > j: the later sub-chunks, then J's own block by levels
+    b_ds_in = b_eQ * mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE)
+    b_g = load_rows(g, base_m, t0, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
         f_row, f_col, pairs = diag_level_sums(b_g, BC, 1 << lvl, FP32_DOT, OPERAND_DTYPE)
         b_ds_in += f_col * mma(tl.trans(tl.where(pairs, b_A, 0.0)), b_w * f_row, FP32_DOT, OPERAND_DTYPE)
@@ -344,10 +366,9 @@ class _Launch:
         self.V, self.M = v.shape[-1], s.shape[-1]
         self.NT = triton.cdiv(self.T, BT)
         self.NS = triton.cdiv(self.T, BC)
-        # K and V are read in column blocks of up to 64 (a whole [64, 128] float32 state tile
-        # held 64 registers more), the M slots whole (the softmax needs every slot)
+        # K and V are read in column blocks (`TUNING`), the M slots whole (the softmax needs
+        # every slot)
         self.BKW, self.BVW, self.BM = _pow2(self.K), _pow2(self.V), _pow2(self.M)
-        self.BK, self.BV = min(64, self.BKW), min(64, self.BVW)
         # 16-bit inputs take tf32 products with operands rounded to nearest (`mma`), fp32 inputs
         # IEEE ones. With bf16 tensor-core operands (the fp32 states and the softmax terms rounded
         # to bf16) dg reached 5.2 floors at T=1000, M=64, strong gates on the H100, over the
@@ -355,10 +376,16 @@ class _Launch:
         settings = product_settings(q.dtype, tf32=True)
         self.fp32_dot, self.operand_dtype = settings["FP32_DOT"], settings["OPERAND_DTYPE"]
 
-    def kw(self, **sizes):
-        """The launch keywords every kernel takes, plus `sizes`."""
+    @staticmethod
+    def block(kernel, D):
+        """The column block in which `kernel` reads a head dimension of size D."""
+        return min(TUNING[kernel]["block"], _pow2(D))
+
+    def kw(self, kernel, **sizes):
+        """The launch keywords every kernel takes, `kernel`'s warps and stages, and `sizes`."""
+        launch = {name: TUNING[kernel][name] for name in ("num_warps", "num_stages")}
         return dict(H=self.H, M=self.M, BT=BT, BC=BC, BM=self.BM, LEVELS=LEVELS, FP32_DOT=self.fp32_dot,
-                    OPERAND_DTYPE=self.operand_dtype, **LAUNCH, **sizes)
+                    OPERAND_DTYPE=self.operand_dtype, **launch, **sizes)
 
 
 def _states(L, q, k, v, s, gates, hk0, hv0):
@@ -371,37 +398,41 @@ def _states(L, q, k, v, s, gates, hk0, hv0):
     return states_k, states_v
 
 
-def _forward(L, q, k, v, s, g, gates, scale, hk0, hv0, store_o=True):
-    """(o or None, p [B, T, H, M] float32, (states_k, final_k), (states_v, final_v))."""
+def _forward(L, q, k, v, s, g, gates, scale, hk0, hv0, store_zm):
+    """(o, p [B, T, H, M] float32, z' [B, T, H, M] float32 or None, final hk^T, final hv)."""
     (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, gates, hk0, hv0)
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
-    o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device) if store_o else None
-    _fwd_kernel[(L.NS, L.B * L.H)](q, k, v, s, g, *gates, states_k, states_v, p, o, scale, L.T, L.NT,
-                                   STORE_O=store_o, **L.kw(K=L.K, V=L.V, BK=L.BK, BVW=L.BVW))
-    return o, p, (states_k, final_k), (states_v, final_v)
+    zm = torch.empty_like(p) if store_zm else None
+    o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+    _fwd_kernel[(L.NS, L.B * L.H)](q, k, v, s, g, *gates, states_k, states_v, p, zm, o, scale, L.T,
+                                   L.NT, STORE_ZM=store_zm,
+                                   **L.kw("fwd", K=L.K, V=L.V, BK=L.block("fwd", L.K), BVW=L.BVW))
+    return o, p, zm, final_k, final_v
 
 
 class ChunkGSAFunction(torch.autograd.Function):
-    """Autograd wrapper: saves only the inputs; backward recomputes gate sums, states and p."""
+    """Autograd wrapper: saves the inputs, p and (for dg) z'; backward recomputes the gate sums
+    and the states."""
 
     @staticmethod
     def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         L = _Launch(q, v, s)
         gates = block_gate_sums(g, BC)
-        o, _, (_, final_k), (_, final_v) = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0)
+        o, p, zm, final_k, final_v = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0,
+                                              store_zm=ctx.needs_input_grad[4])
         hkt = hvt = None
         if output_final_state:
             hkt = final_k.transpose(-1, -2).contiguous()
             hvt = final_v
-        ctx.save_for_backward(q, k, v, s, g, hk0, hv0)
+        ctx.save_for_backward(q, k, v, s, g, p, zm, hk0, hv0)
         ctx.scale = scale
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), hkt, hvt
 
     @staticmethod
     def backward(ctx, do, dhkt, dhvt):
-        q, k, v, s, g, hk0, hv0 = ctx.saved_tensors
+        q, k, v, s, g, p, zm, hk0, hv0 = ctx.saved_tensors
         need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
         scale = ctx.scale
         L = _Launch(q, v, s)
@@ -409,8 +440,7 @@ class ChunkGSAFunction(torch.autograd.Function):
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
         gates = block_gate_sums(g, BC)
-        _, p, (states_k, _), (states_v, _) = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0,
-                                                      store_o=False)
+        (states_k, _), (states_v, _) = _states(L, q, k, v, s, gates, hk0, hv0)
         dots = dict(fp32_dot=L.fp32_dot, operand_dtype=L.operand_dtype)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
         dhv, dhv0 = chunk_bwd_dh(p, gates, do, dhvt, 1.0, BT, BC, q_gate_exclusive=False,
@@ -418,15 +448,15 @@ class ChunkGSAFunction(torch.autograd.Function):
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         grid = (L.NS, L.B * L.H)
-        _bwd_dz_kernel[grid](q, k, v, s, g, *gates, p, do, states_k, states_v, dz, y, scale, L.T, L.NT,
-                             NEED_DG=need_g, **L.kw(K=L.K, V=L.V, BK=L.BK, BV=L.BV, BKW=L.BKW,
-                                                    BVW=L.BVW))
+        _bwd_dz_kernel[grid](v, s, g, *gates, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
+                             **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, gates, q, dhkt_t, scale, BT, BC, q_gate_exclusive=False,
                                  need_dh0=use_h0, **dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
-        _bwd_dq_kernel[grid](k, s, g, *gates, dz, states_k, dq, scale, L.T, L.NT, **L.kw(K=L.K, BKW=L.BKW))
+        _bwd_dq_kernel[grid](k, s, g, *gates, dz, states_k, dq, scale, L.T, L.NT,
+                             **L.kw("dq", K=L.K, BKW=L.BKW))
         ds_acc = torch.empty_like(dz)
         dsm = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         # one part of boundary' per sub-chunk, summed per chunk below (no atomics: deterministic)
@@ -435,8 +465,7 @@ class ChunkGSAFunction(torch.autograd.Function):
                                                          (do, p, 1.0, v, states_v, dhv, dv, False)):
             _bwd_keys_kernel[grid](x, w, b, s, g, *gates, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
                                    L.T, L.NT, FIRST=first, LAST=not first, NEED_DG=need_g,
-                                   **L.kw(D=x.shape[-1], BD=L.BK if first else L.BV,
-                                          BW=L.BKW if first else L.BVW))
+                                   **L.kw("keys", D=x.shape[-1], BD=L.block("keys", x.shape[-1])))
         dg = None
         if need_g:
             bound = parts.view(L.B, L.H, L.NT, NC, L.M).sum(3)
