@@ -272,11 +272,11 @@ def _bwd_dq_kernel(k, s, g, P, Q, dz, states_k, dq, scale, T, NT, H: tl.constexp
     store_rows(dq, b_dq, base_k, t0, T, H, K, BC, BKW, 0)
 
 
-@triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts, w_scale, T, NT,
+@triton.jit(do_not_specialize=["T", "NT", "first"])
+def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts, w_scale, first, T, NT,
                      H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
                      BC: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,
-                     LEVELS: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, NEED_DG: tl.constexpr,
+                     LEVELS: tl.constexpr, NEED_DG: tl.constexpr,
                      FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """The gradients of the rows j of sub-chunk J as keys of one of the two recurrences, one program
     per (sub-chunk, b*h): (x, w, y, states, dh) = (q, dz, k, hk^T, dhk) with w_scale = scale, or
@@ -286,8 +286,9 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
     dy = d y (dk or dv) through the leaving state, the later sub-chunks (one product over the
     chunk's rows) and J's own block (levels). The
     recurrence's share of ds, and with NEED_DG of ds' [B, T, H, M] and of J's part of boundary'
-    [B, H, NT * NC, M] (both float32), is added to what an earlier pass left (unless FIRST) and
-    left in ds_acc (float32) for the next pass or, when LAST, stored in ds (s's dtype)."""
+    [B, H, NT * NC, M] (both float32), is left in ds_acc (float32) for the second pass (first = 1)
+    or added to what the first left and stored in ds (s's dtype). `first` is a runtime flag: both
+    passes run one compiled kernel (compile time)."""
     NC: tl.constexpr = BT // BC
     i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -330,12 +331,11 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
         f_row, f_col, pairs = diag_level_sums(b_g, BC, 1 << lvl, FP32_DOT, OPERAND_DTYPE)
         b_ds_in += f_col * mma(tl.trans(tl.where(pairs, b_A, 0.0)), b_w * f_row, FP32_DOT, OPERAND_DTYPE)
     b_ds = b_ds_in + _diagonal(b_A, BC)[:, None] * b_w + b_leave
-    if not FIRST:
-        b_ds += load_rows(ds_acc, base_m, t0, T, H, M, BC, BM, 0)
-    if LAST:
-        store_rows(ds, b_ds, base_m, t0, T, H, M, BC, BM, 0)
-    else:
+    if first != 0:
         store_rows(ds_acc, b_ds, base_m, t0, T, H, M, BC, BM, 0)
+    else:
+        b_ds += load_rows(ds_acc, base_m, t0, T, H, M, BC, BM, 0)
+        store_rows(ds, b_ds, base_m, t0, T, H, M, BC, BM, 0)
     if NEED_DG:
         is_last = (t0 + tl.arange(0, BC) == tl.minimum(c0 + BT, T) - 1)[:, None]
         b_leave = tl.where(is_last, 0.0, b_leave)
@@ -347,7 +347,7 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
             b_bound += exp_nonpos(b_tot) * _state_inner(states, dh, index, M, D, BM, BD)
         o_m = tl.arange(0, BM)
         p_parts = parts + (i_bh * NT * NC + i_t) * M + o_m
-        if not FIRST:
+        if first == 0:
             b_dsm += load_rows(dsm, base_m, t0, T, H, M, BC, BM, 0)
             b_bound += tl.load(p_parts, mask=o_m < M, other=0)
         store_rows(dsm, b_dsm, base_m, t0, T, H, M, BC, BM, 0)
@@ -464,7 +464,7 @@ class ChunkGSAFunction(torch.autograd.Function):
         for x, w, w_scale, b, states, dh, db, first in ((q, dz, scale, k, states_k, dhk, dk, True),
                                                          (do, p, 1.0, v, states_v, dhv, dv, False)):
             _bwd_keys_kernel[grid](x, w, b, s, g, *gates, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
-                                   L.T, L.NT, FIRST=first, LAST=not first, NEED_DG=need_g,
+                                   int(first), L.T, L.NT, NEED_DG=need_g,
                                    **L.kw("keys", D=x.shape[-1], BD=L.block("keys", x.shape[-1])))
         dg = None
         if need_g:
