@@ -130,10 +130,9 @@ def _readout(x, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.co
              OPERAND_DTYPE: tl.constexpr):
     """(r', r_ii, sE) [BC, BM] for the rows i of sub-chunk I = i_s of the chunk at c0:
     r'_i = exp(P_i + pre) (S x_i^T) + sum_{j < i} (x_i . y_j) s_j w_ij, and the gate-free pair
-    r_ii = (x_i . y_i) s_i, and sE = `_earlier_keys` of I (for `_mix`). x, y [B, T, H, D];
-    S = states[index] [M, D], entering the chunk.
-    Read in column blocks of BD (a whole [64, 128] float32 tile holds 64 registers); the pairs
-    with earlier sub-chunks as one product over the chunk's rows."""
+    r_ii = (x_i . y_i) s_i, and sE = `_earlier_keys` of I (for `_mix`). x, y [B, T, H, D] and
+    S = states[index] [M, D], entering the chunk, read in column blocks of BD; the pairs with
+    earlier sub-chunks as one product over the chunk's rows."""
     t_i = c0 + i_s * BC
     b_P, b_in = _entering_gate(P, base_m, c0, i_s, T, H, M, BC, BM)
     b_r = tl.zeros([BC, BM], dtype=tl.float32)
@@ -167,9 +166,9 @@ def _mix(w, y, s, g, P, Q, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.
          OPERAND_DTYPE: tl.constexpr):
     """[BC, BW] (w_I * exp(P_I + pre)) S + sum_{j <= i} C_ij y_j, with C_ij = sum_m w_im s_jm w_ijm,
     for the rows of sub-chunk I = i_s of the chunk at c0. w [BC, BM]; b_sE: `_earlier_keys` of I
-    or None (computed here); S = states[index] [M, D],
-    entering the chunk, read whole (column blocks, which recompute C, measured slower); the
-    pairs with earlier sub-chunks as one product over the chunk's rows."""
+    or None (computed here); S = states[index] [M, D], entering the chunk, read whole (column
+    blocks, which recompute C, measured slower); the pairs with earlier sub-chunks as one product
+    over the chunk's rows."""
     t_i = c0 + i_s * BC
     b_P, b_in = _entering_gate(P, base_m, c0, i_s, T, H, M, BC, BM)
     b_r = mma(w * b_in, load_state(states, index, M, D, BM, BW, 0, 0, False), FP32_DOT,
