@@ -14,9 +14,10 @@ exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states entering the chunk, for row
 The pairs with the earlier sub-chunks J are one product over the chunk's rows whose factors carry
 exp(P_I) and exp(Q_J + between) (`suffix_to_rows`; the key gradients of J, with the later rows,
 take exp(P_I + between) and exp(Q_J): `prefix_from_rows`); the pairs inside I dots per level of
-`diag_level_sums`; the pair (i, i) has no gate. Every exponent is a sum of non-positive gates or stored gate sums, never a difference:
-nothing overflows, and strong decays keep their precision. Products take tf32 operands rounded
-to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for fp32 inputs.
+`diag_level_sums`; the pair (i, i) has no gate. Every exponent is a sum of non-positive gates or
+stored gate sums, never a difference: nothing overflows, and strong decays keep their precision.
+Products take tf32 operands rounded to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for
+fp32 inputs.
 
 Forward:  block_gate_sums -> chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z'; p and
           z' are kept for the backward).
