@@ -54,8 +54,8 @@ BT = 64  # tokens per chunk: the states are stored at chunk starts
 BC = 16  # tokens per sub-chunk (one gate block), one program each
 NC = BT // BC
 # per kernel: warps, pipeline stages and the widest column block of K or V read per step
-# (H100, B=8, T=2048, H=16, K=V=128, M=64, bf16; benchmarks/tuning.md). `_bwd_dq_kernel` reads
-# its state whole.
+# (H100, B=8, T=2048, H=16, K=V=128, M=64, bf16; benchmarks/tuning.md); None: the whole
+# dimension.
 TUNING = {
     "fwd": dict(num_warps=4, num_stages=2, block=128),
     "dz": dict(num_warps=2, num_stages=2, block=32),
@@ -379,7 +379,8 @@ class _Launch:
     @staticmethod
     def block(kernel, D):
         """The column block in which `kernel` reads a head dimension of size D."""
-        return min(TUNING[kernel]["block"], _pow2(D))
+        block = TUNING[kernel]["block"]
+        return _pow2(D) if block is None else min(block, _pow2(D))
 
     def kw(self, kernel, **sizes):
         """The launch keywords every kernel takes, `kernel`'s warps and stages, and `sizes`."""
@@ -456,7 +457,7 @@ class ChunkGSAFunction(torch.autograd.Function):
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
         _bwd_dq_kernel[grid](k, s, g, *gates, dz, states_k, dq, scale, L.T, L.NT,
-                             **L.kw("dq", K=L.K, BKW=L.BKW))
+                             **L.kw("dq", K=L.K, BKW=L.block("dq", L.K)))
         ds_acc = torch.empty_like(dz)
         dsm = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         # one part of boundary' per sub-chunk, summed per chunk below (no atomics: deterministic)
