@@ -66,6 +66,18 @@ LEVELS = BC.bit_length() - 1  # the levels of `diag_level_sums` in a block of BC
 
 
 @triton.jit
+def _sub_chunk(T, NT, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    """Where this program (grid: sub-chunks x b*h) works: (row, i_s, c0, t0, index), with row the
+    offset of (b, h) in rows of a [B, T, H, D] tensor (row * D is its base), i_s the sub-chunk's
+    number in its chunk, c0 / t0 the first rows of the chunk / sub-chunk and index the chunk's
+    number among the stored states [B * H * NT]."""
+    NC: tl.constexpr = BT // BC
+    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_c = i_t // NC
+    return (i_bh // H) * T * H + i_bh % H, i_t % NC, i_c * BT, i_t * BC, i_bh * NT + i_c
+
+
+@triton.jit
 def _entering_gate(P, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BC: tl.constexpr,
                    BM: tl.constexpr):
     """(P_I [BC, BM], the inclusive prefix inside sub-chunk I = i_s of the chunk at c0, and
@@ -194,15 +206,10 @@ def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, zm, o, scale, T, NT,
     """o [B, T, H, V], p [B, T, H, M] float32 and (STORE_ZM, for the gate gradient) z' = z without
     the pair (i, i) [B, T, H, M] float32, one program per (sub-chunk, b*h). BK: the column block
     of hk^T and of the scores q k^T; BVW: the whole (power-of-two) V."""
-    NC: tl.constexpr = BT // BC
-    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k, base_v, base_m = (i_b * T * H + i_h) * K, (i_b * T * H + i_h) * V, (i_b * T * H + i_h) * M
-    i_c, i_s = i_t // NC, i_t % NC
-    c0, t_i = i_c * BT, i_t * BC
-    index = i_bh * NT + i_c
-    b_z, b_zd, b_sE = _readout(q, k, s, g, P, Q, states_k, index, base_k, base_m, c0, i_s, T, H, K, M, BT, BC,
-                         BK, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    row, i_s, c0, t_i, index = _sub_chunk(T, NT, H, BT, BC)
+    base_k, base_v, base_m = row * K, row * V, row * M
+    b_z, b_zd, b_sE = _readout(q, k, s, g, P, Q, states_k, index, base_k, base_m, c0, i_s, T, H, K, M,
+                               BT, BC, BK, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     if STORE_ZM:
         store_rows(zm, b_z * scale, base_m, t_i, T, H, M, BC, BM, 0)
     m_m = tl.arange(0, BM) < M
@@ -223,15 +230,10 @@ def _bwd_dz_kernel(v, s, g, P, Q, p, zm, do, states_v, dz, y, T, NT, H: tl.const
     """dz = p (dp - <p, dp>) with dp_i = hv_i do_i and, with NEED_DG, y' = dz z' + p dp' from the
     forward's z' ([B, T, H, M] float32), one program per (sub-chunk, b*h). BV: the column block
     of the state and the scores."""
-    NC: tl.constexpr = BT // BC
-    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_v, base_m = (i_b * T * H + i_h) * V, (i_b * T * H + i_h) * M
-    i_c, i_s = i_t // NC, i_t % NC
-    c0, t_i = i_c * BT, i_t * BC
-    index = i_bh * NT + i_c
-    b_dpm, b_dpd, _ = _readout(do, v, s, g, P, Q, states_v, index, base_v, base_m, c0, i_s, T, H, V, M, BT,
-                            BC, BV, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    row, i_s, c0, t_i, index = _sub_chunk(T, NT, H, BT, BC)
+    base_v, base_m = row * V, row * M
+    b_dpm, b_dpd, _ = _readout(do, v, s, g, P, Q, states_v, index, base_v, base_m, c0, i_s, T, H, V, M,
+                               BT, BC, BV, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     b_p = load_rows(p, base_m, t_i, T, H, M, BC, BM, 0)
     b_dp = b_dpm + b_dpd
     b_dz = b_p * (b_dp - tl.sum(b_p * b_dp, axis=1)[:, None])
@@ -260,15 +262,11 @@ def _bwd_dq_kernel(k, s, g, P, Q, dz, states_k, dq, scale, T, NT, H: tl.constexp
                    OPERAND_DTYPE: tl.constexpr):
     """dq_i = scale sum_m dz_im (d z_im / d q_i): through the state entering the chunk and the rows
     j <= i, one program per (sub-chunk, b*h)."""
-    NC: tl.constexpr = BT // BC
-    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k, base_m = (i_b * T * H + i_h) * K, (i_b * T * H + i_h) * M
-    i_c, i_s = i_t // NC, i_t % NC
-    t0 = i_t * BC
+    row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
+    base_k, base_m = row * K, row * M
     b_dz = load_rows(dz, base_m, t0, T, H, M, BC, BM, 0) * scale
-    b_dq = _mix(b_dz, k, s, g, P, Q, None, states_k, i_bh * NT + i_c, base_k, base_m, i_c * BT, i_s, T,
-                H, K, M, BT, BC, BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_dq = _mix(b_dz, k, s, g, P, Q, None, states_k, index, base_k, base_m, c0, i_s, T, H, K, M, BT, BC,
+                BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     store_rows(dq, b_dq, base_k, t0, T, H, K, BC, BKW, 0)
 
 
@@ -290,12 +288,8 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
     or added to what the first left and stored in ds (s's dtype). `first` is a runtime flag: both
     passes run one compiled kernel (compile time)."""
     NC: tl.constexpr = BT // BC
-    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base, base_m = (i_b * T * H + i_h) * D, (i_b * T * H + i_h) * M
-    i_c, i_s = i_t // NC, i_t % NC
-    c0, t0 = i_c * BT, i_t * BC
-    index = i_bh * NT + i_c
+    row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
+    base, base_m = row * D, row * M
     b_w = load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale
     b_s = load_rows(s, base_m, t0, T, H, M, BC, BM, 0)
     b_Q = load_suffix(Q, base_m, t0, T, H, M, BC, BM, 0)
@@ -346,7 +340,7 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
             b_tot = between_total(P, base_m, c0, T, H, M, BC, BM, 0, 0, NC)
             b_bound += exp_nonpos(b_tot) * _state_inner(states, dh, index, M, D, BM, BD)
         o_m = tl.arange(0, BM)
-        p_parts = parts + (i_bh * NT * NC + i_t) * M + o_m
+        p_parts = parts + (index * NC + i_s) * M + o_m
         if first == 0:
             b_dsm += load_rows(dsm, base_m, t0, T, H, M, BC, BM, 0)
             b_bound += tl.load(p_parts, mask=o_m < M, other=0)
