@@ -1,17 +1,18 @@
 """The chunk-state kernels (ops/common/chunk_state.py) on their own (the Triton interpreter on CPU,
-or the GPU): the scalar-gate path against the same gate broadcast over K through the block sums, and
-the forward's states stored in 16 bits as the float32 ones rounded (to nearest on a GPU; the
-interpreter's 16-bit stores truncate), the final state apart and never rounded."""
+or the GPU): the scalar-gate path against the same gate broadcast over K (summed per chunk by
+masked products), and the forward's states stored in 16 bits as the float32 ones rounded (to
+nearest on a GPU; the interpreter's 16-bit stores truncate), the final state apart and never
+rounded."""
 import fla_kernels  # noqa: F401  (sets the interpreter up before triton is imported)
 import pytest
 import torch
 import torch.nn.functional as F
 import triton
 
-from fla_kernels.ops.common.chunk_state import block_gate_sums, chunk_bwd_dh, chunk_fwd_h
+from fla_kernels.ops.common.chunk_state import chunk_bwd_dh, chunk_fwd_h
 from tests.kernel_testing import DEVICE
 
-BT, GS = 64, 16
+BT = 64
 B, T, H, K, V = 1, 2 * BT + 5, 2, 32, 16
 
 
@@ -24,18 +25,18 @@ def _inputs(strength: float, seed: int = 0):
 
 
 def _broadcast(g):
-    return block_gate_sums(g[..., None].expand(B, T, H, K).contiguous(), GS)
+    return g[..., None].expand(B, T, H, K).contiguous()
 
 
 @pytest.mark.parametrize("strength", [1.0, 60.0], ids=["normal", "strong"])
 def test_scalar_gate_states_match_the_gate_broadcast_over_k(strength):
     _, k, v, _, g, h0 = _inputs(strength)
-    states, final = chunk_fwd_h(k, v, g, h0, BT, GS, True, None)
-    want, want_final = chunk_fwd_h(k, v, _broadcast(g), h0, BT, GS, True, None)
+    states, final = chunk_fwd_h(k, v, g, h0, BT, True, None)
+    want, want_final = chunk_fwd_h(k, v, _broadcast(g), h0, BT, True, None)
     assert states.shape == (B, H, triton.cdiv(T, BT), K, V) and final.dtype == torch.float32
     torch.testing.assert_close(states, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(final, want_final, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(final, chunk_fwd_h(k, v, None, h0, BT, GS, True, None)[1]), \
+    assert not torch.allclose(final, chunk_fwd_h(k, v, None, h0, BT, True, None)[1]), \
         "the gate must act"
 
 
@@ -44,16 +45,16 @@ def test_scalar_gate_states_match_the_gate_broadcast_over_k(strength):
 def test_scalar_gate_state_gradients_match_the_gate_broadcast_over_k(strength, exclusive):
     q, _, _, do, g, _ = _inputs(strength, seed=1)
     dht = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(6)).to(DEVICE)
-    got = chunk_bwd_dh(q, g, do, dht, 0.5, BT, GS, exclusive, True, True, None)
-    want = chunk_bwd_dh(q, _broadcast(g), do, dht, 0.5, BT, GS, exclusive, True, True, None)
+    got = chunk_bwd_dh(q, g, do, dht, 0.5, BT, exclusive, True, True, None)
+    want = chunk_bwd_dh(q, _broadcast(g), do, dht, 0.5, BT, exclusive, True, True, None)
     for x, y in zip(got, want):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
 
 def test_exclusive_and_inclusive_scalar_prefixes_differ():
     q, _, _, do, g, _ = _inputs(1.0, seed=2)
-    inclusive = chunk_bwd_dh(q, g, do, None, 1.0, BT, GS, False, True, True, None)[1]
-    exclusive = chunk_bwd_dh(q, g, do, None, 1.0, BT, GS, True, True, True, None)[1]
+    inclusive = chunk_bwd_dh(q, g, do, None, 1.0, BT, False, True, True, None)[1]
+    exclusive = chunk_bwd_dh(q, g, do, None, 1.0, BT, True, True, True, None)[1]
     assert (inclusive - exclusive).abs().max() > 1e-3
 
 
@@ -62,13 +63,13 @@ def test_exclusive_and_inclusive_scalar_prefixes_differ():
 def test_states_stored_in_16_bits_are_the_float32_ones_rounded(state_dtype, kernel):
     q, k, v, do, g, h0 = _inputs(1.0, seed=3)
     if kernel == "states":
-        states, final = chunk_fwd_h(k, v, g, h0, BT, GS, True, None, state_dtype=state_dtype)
-        want, want_final = chunk_fwd_h(k, v, g, h0, BT, GS, True, None)
+        states, final = chunk_fwd_h(k, v, g, h0, BT, True, None, state_dtype=state_dtype)
+        want, want_final = chunk_fwd_h(k, v, g, h0, BT, True, None)
     else:
         dht = torch.randn(B, H, K, V, generator=torch.Generator().manual_seed(5)).to(DEVICE)
-        states, final = chunk_bwd_dh(q, g, do, dht, 0.5, BT, GS, False, True, True, None,
+        states, final = chunk_bwd_dh(q, g, do, dht, 0.5, BT, False, True, True, None,
                                      state_dtype=state_dtype)
-        want, want_final = chunk_bwd_dh(q, g, do, dht, 0.5, BT, GS, False, True, True, None)
+        want, want_final = chunk_bwd_dh(q, g, do, dht, 0.5, BT, False, True, True, None)
     assert states.dtype == state_dtype
     if DEVICE == "cuda":
         assert torch.equal(states, want.to(state_dtype))

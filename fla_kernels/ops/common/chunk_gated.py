@@ -14,18 +14,19 @@ chunk's total:
     A_ii = sum_d q_id k_id (gla)   or   sum_d q_id u_d k_id (rwkv6)
     h_{c+1} = diag(exp(tot)) h_c + (k * exp(suf))^T v
 A is built from sub-chunks of BC = 16 rows. Its block (I, J) left of the diagonal (J < I) is one
-product (q_I * exp(pre_I)) (k_J * exp(suf_J + between))^T, with pre_I, suf_J the gate sums inside
-the sub-chunks I, J and `between` the sums of the sub-chunks between them: the reference point is
-the start of I, so both exponents are <= 0.
+product (q_I * exp(pre_I)) (k_J * exp(to_J))^T, with pre_I the gates of I up to each row and to_J
+the gates after each row of J up to the start of I: the reference point is the start of I, so
+both exponents are <= 0.
 The diagonal blocks are split the same way, recursively: the pairs of rows that first differ in
 bit S of their block index are one small dot with the reference point between them
-(`diag_level`, four levels for BC = 16), so no exponent exceeds 0 there either. Every exponent is a
-sum of non-positive stored gate sums (see chunk_state.py) or, inside one block, a difference of two
-of them, never a difference of two chunk-wide cumulative sums: nothing overflows, and strong decays
-keep their precision.
+(`diag_level_sums`, four levels for BC = 16), so no exponent exceeds 0 there either. Every
+exponent is a sum of the gates themselves over a span of rows, taken inside the kernel that needs
+it as one masked product on the tensor cores (`span_sums`, see chunk_state.py), never a difference
+of two cumulative sums: nothing overflows, strong decays keep their precision, and no gate sums
+are stored.
 
-Forward:  block_gate_sums -> chunk_fwd_h (states) -> _intra_A_kernel (A) -> _fwd_o_kernel (o).
-Backward: the gate sums and states are recomputed, A is the forward's; chunk_bwd_dh (dh, dh0)
+Forward:  chunk_fwd_h (states) -> _intra_A_kernel (A) -> _fwd_o_kernel (o).
+Backward: the states are recomputed, A is the forward's; chunk_bwd_dh (dh, dh0)
           -> _bwd_dA_kernel (dA) -> _bwd_dv_kernel (dv) -> _bwd_inter_kernel (the parts of dq, dk through the
           states entering / leaving the chunk, the boundary terms of dg) -> _bwd_intra_kernel (the
           intra-chunk parts, the gate-free terms, du partials) -> chunk_gate_grad (dg).
@@ -36,14 +37,13 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (between_total, block_gate_sums, block_size,
-                                                chunk_bwd_dh, chunk_fwd_h,
-                                                chunk_gate_tiles, diag_level, exp_nonpos,
-                                                load_prefix, load_suffix, suffix_to, tuned_blocks)
+from fla_kernels.ops.common.chunk_state import (block_size, chunk_bwd_dh, chunk_fwd_h,
+                                                chunk_gate_sums, diag_level_sums, exp_nonpos,
+                                                span_sums, tuned_blocks)
 from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.tiles import (gather_rows, load_rows, load_rows_t, load_state,
-                                          store_rows)
+from fla_kernels.ops.common.tiles import (gather_rows, load_chunk_rows, load_rows, load_rows_t,
+                                          load_state, store_rows)
 from fla_kernels.utils import store_dtype
 
 BT = 64  # tokens per chunk
@@ -57,7 +57,7 @@ INTER_BWD = dict(BK=64, BV=32, num_warps=4, num_stages=2)
 TWO_STAGES = dict(num_warps=4, num_stages=2)
 # the state kernel: 64 x 128 blocks of the state, two stages (0.179 -> 0.157 ms forward, 16-bit states)
 FWD_H = dict(BK=64, BV=128, num_warps=4, num_stages=2)
-LEVELS = BC.bit_length() - 1  # the levels of `diag_level` in a block of BC rows
+LEVELS = BC.bit_length() - 1  # the levels of `diag_level_sums` in a block of BC rows
 
 
 @triton.jit
@@ -82,19 +82,21 @@ def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: t
 # ----------------------------------------------------------------------------- forward kernels
 
 @triton.jit(do_not_specialize=["T"])
-def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BC: tl.constexpr, BK: tl.constexpr, READS_PREVIOUS: tl.constexpr,
                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr, LEVELS: tl.constexpr):
     """A [B, H, T, BT]: the intra-chunk scores, on and below the diagonal.
 
     One program per (block, chunk, b*h) fills one [BC, BC] block of the chunk's scores: the
     NC diagonal blocks first, then the NC (NC - 1) / 2 blocks (I, J) left of them. Those are
-    one dot over K of q_I * exp(pre_I) and k_J * exp(suf_J + between) (`suffix_to`), the
-    reference point at the start of I, both exponents <= 0. A diagonal block: one dot per level
-    of `diag_level` with tf32 operands (IEEE for fp32 inputs), plus the gate-free i = j term
-    sum_d q_id k_id (times u_d for rwkv6) in fp32.
+    one dot over K of q_I * exp(pre_I) and k_J * exp(to_J), pre_I the gates of I up to each
+    row, to_J those after each row of J up to the start of I (`span_sums` over the rows J..I),
+    the reference point at the start of I, both exponents <= 0. A diagonal block: one dot per
+    level of `diag_level_sums` with tf32 operands (IEEE for fp32 inputs), plus the gate-free
+    i = j term sum_d q_id k_id (times u_d for rwkv6) in fp32.
     """
     NC: tl.constexpr = BT // BC
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
     i_p, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     base = (i_b * T * H + i_h) * K
@@ -110,11 +112,14 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
         t_i = c0 + i_i * BC
         t_j = c0 + i_j * BC
         b_A = tl.zeros([BC, BC], dtype=tl.float32)
+        start_i = tl.zeros([BC], dtype=tl.int32) + i_i * BC
         for i_k in range(tl.cdiv(K, BK)):
             b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
-            b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
             b_k = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
-            b_to = suffix_to(P, Q, base, c0, T, H, K, BC, BK, i_k, i_j, i_i)
+            b_g = load_chunk_rows(g, base, c0, i_j * BC, (i_i + 1) * BC, T, H, K, BT, BK, i_k)
+            b_pre = span_sums(b_g, start_i, start_i + o_i + (1 - READS_PREVIOUS), BT, FP32_DOT,
+                              GATE_DTYPE)
+            b_to = span_sums(b_g, i_j * BC + o_i + 1, start_i, BT, FP32_DOT, GATE_DTYPE)
             b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_k * exp_nonpos(b_to)), FP32_DOT,
                        OPERAND_DTYPE)
         p_A, m_A = _score_block(A, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
@@ -126,17 +131,16 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
             o_d = i_k * BK + tl.arange(0, BK)
             b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
             b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
-            b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
             if READS_PREVIOUS:
                 b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
                 b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
             else:
                 b_diag = tl.sum(b_q * b_k, axis=1)
             b_Ad += tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
-            b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
+            b_g = load_rows(g, base, t_i, T, H, K, BC, BK, i_k)
             for lvl in tl.static_range(LEVELS):
-                f_row, f_col, pairs = diag_level(P, base, t_i, T, H, K, BC, BK, i_k, b_pre, b_prej,
-                                                 1 << lvl)
+                f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, READS_PREVIOUS,
+                                                      FP32_DOT, GATE_DTYPE)
                 b_Ad += tl.where(pairs, mma(b_q * f_row, tl.trans(b_k * f_col), FP32_DOT,
                                             tl.float32), 0.0)
         p_A, m_A = _score_block(A, i_bh, T, t_i, i_p * BC, BC, BC, BT, False)
@@ -144,8 +148,8 @@ def _intra_A_kernel(q, k, P, Q, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: t
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_o_kernel(q, v, P, Q, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
-                  V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+def _fwd_o_kernel(q, v, g, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                  V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                   BV: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
                   OPERAND_DTYPE: tl.constexpr):
     """o = scale * ((q * exp(pre)) h_c + A v), one program per (V-block, chunk, b*h)."""
@@ -157,7 +161,7 @@ def _fwd_o_kernel(q, v, P, Q, states, A, o, scale, T, NT, H: tl.constexpr, K: tl
     b_o = tl.zeros([BT, BV], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
-        b_pre, _, _ = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, READS_PREVIOUS)
+        b_pre, _, _ = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, READS_PREVIOUS, FP32_DOT)
         b_h = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
         b_o += mma(b_q * exp_nonpos(b_pre), b_h, FP32_DOT, OPERAND_DTYPE)
     p_A, m_A = _score_block(A, i_bh, T, c0, 0, BT, BT, BT, False)
@@ -187,8 +191,8 @@ def _bwd_dA_kernel(do, v, dA, scale, T, H: tl.constexpr, V: tl.constexpr, BT: tl
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_dv_kernel(k, P, Q, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
-                   V: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+def _bwd_dv_kernel(k, g, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                    BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """dv = scale * A^T do + (k * exp(suf)) dh_c, per (V-block, chunk, b*h).
 
@@ -205,19 +209,17 @@ def _bwd_dv_kernel(k, P, Q, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.
     b_dv = mma(b_At, b_do * scale, FP32_DOT, OPERAND_DTYPE)
     for i_k in range(tl.cdiv(K, BK)):
         b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
-        _, b_suf, _ = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, True)
+        _, b_suf, _ = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, True, FP32_DOT)
         b_dh = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
         b_dv += mma(b_k * exp_nonpos(b_suf), b_dh, FP32_DOT, OPERAND_DTYPE)
     store_rows(dv, b_dv, base_v, c0, T, H, V, BT, BV, i_v)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale,
-                      T, NT,
-                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                      BC: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                      READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
-                      OPERAND_DTYPE: tl.constexpr):
+def _bwd_inter_kernel(k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale,
+                      T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                      BK: tl.constexpr, BV: tl.constexpr, READS_PREVIOUS: tl.constexpr,
+                      FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Parts of dq, dk through the chunk's entering / leaving states, per (K-block, chunk, b*h).
 
     dqs = scale * exp(pre) * (do h_c^T) and dks = exp(suf) * (v dh_c^T), float32
@@ -235,7 +237,8 @@ def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, b
     base_v = (i_b * T * H + i_h) * V
     c0 = i_c * BT
     is_last = (c0 + tl.arange(0, BT) == tl.minimum(c0 + BT, T) - 1)[:, None]
-    b_pre, b_suf, b_tot = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, BC, BK, i_k, READS_PREVIOUS)
+    b_pre, b_suf, b_tot = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, READS_PREVIOUS,
+                                          FP32_DOT)
     b_dq = tl.zeros([BT, BK], dtype=tl.float32)
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     b_carried = tl.zeros([BK], dtype=tl.float32)
@@ -268,7 +271,7 @@ def _bwd_inter_kernel(k, v, P, Q, do, states, dh, dqs, dks, dq_first, dk_last, b
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, T, NT,
+def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, T, NT,
                       H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                       BK: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
                       OPERAND_DTYPE: tl.constexpr, LEVELS: tl.constexpr):
@@ -278,8 +281,9 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     dq_i += sum_{j < i} dA_ij k_j exp(pre_i - pre+_j) and
     dk_j += sum_{i > j} dA_ij q_i exp(pre_i - pre+_j): the pairs with each other
     sub-chunk as one dot (exp(pre_I) factored out of the dq sums, exp(suf_I)
-    out of the dk sums; `suffix_to`, `between_total`), the diagonal block as two dots per level of
-    `diag_level`. The dots take `mma_split` operands: see its docstring.
+    out of the dk sums; the exponents `span_sums` of the chunk's gates), the diagonal block as
+    two dots per level of `diag_level_sums`. The dots take `mma_split` operands: see its
+    docstring.
 
     dg comes from chunk_gate_grad, whose sums over the chunk cancel every term
     that carries no gate: a pair (i, j) with an empty gate product adds
@@ -295,6 +299,7 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     du_part[b, c * BT / BC + I, h] = sum_{i in I} dA_ii q_i k_i (rwkv6).
     """
     NC: tl.constexpr = BT // BC
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
     i_ki, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_k, i_i = i_ki // NC, i_ki % NC
     i_b, i_h = i_bh // H, i_bh % H
@@ -315,8 +320,11 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     t = t_i + o_i
     b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
     b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
-    b_pre = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-    b_suf = load_suffix(Q, base, t_i, T, H, K, BC, BK, i_k)
+    # the gate sums, spans of the chunk's gates: I's own up to each row (pre) and after it (suf)
+    b_g = load_rows(g, base, c0, T, H, K, BT, BK, i_k)
+    start_i = tl.zeros([BC], dtype=tl.int32) + i_i * BC
+    b_pre = span_sums(b_g, start_i, start_i + o_i + (1 - READS_PREVIOUS), BT, FP32_DOT, GATE_DTYPE)
+    b_suf = span_sums(b_g, start_i + o_i + 1, start_i + BC, BT, FP32_DOT, GATE_DTYPE)
     p_dA = dA + (i_bh * T + t.to(tl.int64)) * BT
     b_dA_diag = tl.load(p_dA + (t - c0), mask=t < T, other=0)
     # rows I through the state from the sub-chunks J before I (dq) and after I (dk): one dot per
@@ -324,7 +332,7 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     b_dq = tl.zeros([BC, BK], dtype=tl.float32)
     for i_j in range(0, i_i):
         t_j = c0 + i_j * BC
-        b_to = suffix_to(P, Q, base, c0, T, H, K, BC, BK, i_k, i_j, i_i)
+        b_to = span_sums(b_g, i_j * BC + o_i + 1, start_i, BT, FP32_DOT, GATE_DTYPE)
         p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
         m_blk &= i_j * BC + o_i[None, :] + SKIP < (t - c0)[:, None]
         b_dAj = tl.load(p_blk, mask=m_blk, other=0)
@@ -334,8 +342,8 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
     b_dk = tl.zeros([BC, BK], dtype=tl.float32)
     for i_j in range(i_i + 1, NC):
         t_j = c0 + i_j * BC
-        b_from = (load_prefix(P, base, t_j, T, H, K, BC, BK, i_k, BC, READS_PREVIOUS)
-                  + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_i + 1, i_j)[None, :])
+        b_from = span_sums(b_g, start_i + BC, i_j * BC + o_i + (1 - READS_PREVIOUS), BT, FP32_DOT,
+                           GATE_DTYPE)
         p_blk, m_blk = _score_block(dA, i_bh, T, t_j, i_i * BC, BC, BC, BT, True)
         m_blk &= i_j * BC + o_i[None, :] > i_i * BC + o_i[:, None] + SKIP
         b_dAt = tl.load(p_blk, mask=m_blk, other=0)
@@ -343,13 +351,13 @@ def _bwd_intra_kernel(q, k, P, Q, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du
         b_dk += mma_split(b_dAt, b_qj * exp_nonpos(b_from), FP32_DOT)
     b_dk *= exp_nonpos(b_suf)
 
-    # the diagonal block, level by level (`diag_level`): dq_i += sum_j dA_ij k_j E_ij and
+    # the diagonal block, level by level (`diag_level_sums`): dq_i += sum_j dA_ij k_j E_ij and
     # dk_j += sum_i dA_ij q_i E_ij with E_ij = f_row_i * f_col_j
     p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_i * BC, BC, BC, BT, False)
     b_dAd = tl.load(p_blk, mask=m_blk & (o_i[:, None] > o_i[None, :] + SKIP), other=0)
-    b_prej = load_prefix(P, base, t_i, T, H, K, BC, BK, i_k, BC, False)
     for lvl in tl.static_range(LEVELS):
-        f_row, f_col, pairs = diag_level(P, base, t_i, T, H, K, BC, BK, i_k, b_pre, b_prej, 1 << lvl)
+        f_row, f_col, pairs = diag_level_sums(b_g, i_i * BC, BT, BC, 1 << lvl, READS_PREVIOUS,
+                                              FP32_DOT, GATE_DTYPE)
         b_dAl = tl.where(pairs, b_dAd, 0.0)
         b_dq += f_row * mma_split(b_dAl, b_k * f_col, FP32_DOT)
         b_dk += f_col * mma_split(tl.trans(b_dAl), b_q * f_row, FP32_DOT)
@@ -394,6 +402,10 @@ class _Launch:
         self.V = v.shape[-1]
         self.NT = triton.cdiv(self.T, BT)
         self.BK, self.BV = block_size(self.K), block_size(self.V)
+        # triton 3.6 on the H100 miscompiles `_bwd_dv_kernel` over 16-wide K-blocks with 4 warps
+        # (an out-of-bounds shared-memory read in the store of dv under compute-sanitizer; dv
+        # wrong at V >= 24, an illegal address at V = 24): K = 16 takes a 32-wide masked block
+        self.BK_DV = max(self.BK, 32)
         self.NV = triton.cdiv(self.V, self.BV)
         self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
         self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
@@ -401,21 +413,21 @@ class _Launch:
         self.dots = product_settings(q.dtype)
 
 
-def _intra_scores(L, q, k, gates, u):
+def _intra_scores(L, q, k, g, u):
     """A [B, H, T, BT] (only its lower triangle is meaningful), in the inputs' dtype on a GPU:
     its two readers (`_fwd_o_kernel`, `_bwd_dv_kernel`) round it to their 16-bit operands
     anyway, so o and dv are the same to the bit with half the traffic (`store_dtype`)."""
     A = torch.empty(L.B, L.H, L.T, BT, dtype=store_dtype(q.dtype), device=q.device)
     NC = BT // BC
     _intra_A_kernel[(NC + NC * (NC - 1) // 2, L.NT, L.B * L.H)](
-        q, k, *gates, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
+        q, k, g, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
         READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], LEVELS=LEVELS, **L.dots)
     return A
 
 
-def _states(L, k, v, gates, initial_state, state_dtype=torch.float32):
+def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
-    return chunk_fwd_h(k, v, gates, initial_state, BT, BC, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
+    return chunk_fwd_h(k, v, g, initial_state, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
                        state_dtype, tuning=FWD_H)
 
 
@@ -434,12 +446,11 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
-    gates = block_gate_sums(g, BC)
-    states, final = _states(L, k, v, gates, initial_state, state_dtype=store_dtype(q.dtype))
-    A = _intra_scores(L, q, k, gates, u)
+    states, final = _states(L, k, v, g, initial_state, state_dtype=store_dtype(q.dtype))
+    A = _intra_scores(L, q, k, g, u)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
-        q, v, *gates, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BC=BC, BK=L.BK,
+        q, v, g, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK,
         BV=L.BV, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     return o.to(v.dtype), final, A
 
@@ -452,18 +463,17 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
     grid_v = (L.NV, L.NT, L.B * L.H)
-    gates = block_gate_sums(g, BC)
-    states, _ = _states(L, k, v, gates, initial_state)
-    dh, dh0 = chunk_bwd_dh(q, gates, do, dht, scale, BT, BC, q_gate_exclusive=L.reads_previous,
+    states, _ = _states(L, k, v, g, initial_state)
+    dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=L.reads_previous,
                            need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
                            operand_dtype=L.dots["OPERAND_DTYPE"])
     if A is None:
-        A = _intra_scores(L, q, k, gates, u)
+        A = _intra_scores(L, q, k, g, u)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)
     _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _bwd_dv_kernel[grid_v](k, *gates, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
-                           BT=BT, BC=BC, BK=L.BK, BV=L.BV, **TWO_STAGES, **L.dots)
+    _bwd_dv_kernel[grid_v](k, g, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
+                           BT=BT, BK=L.BK_DV, BV=L.BV, **TWO_STAGES, **L.dots)
     dqs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=q.device)
     dks = torch.empty_like(dqs)
     boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)
@@ -471,13 +481,13 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     dq_first = torch.empty_like(boundary) if L.reads_previous else dk_last
     BK, BV, launch = tuned_blocks(L.K, L.V, INTER_BWD)
     _bwd_inter_kernel[(triton.cdiv(L.K, BK), L.NT, L.B * L.H)](
-        k, v, *gates, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale, L.T, L.NT, L.H,
-        L.K, L.V, BT=BT, BC=BC, BK=BK, BV=BV, READS_PREVIOUS=L.reads_previous, **launch, **L.dots)
+        k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale, L.T, L.NT, L.H,
+        L.K, L.V, BT=BT, BK=BK, BV=BV, READS_PREVIOUS=L.reads_previous, **launch, **L.dots)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
     du_part = (torch.empty(L.B, L.NT * (BT // BC), L.H, L.K, dtype=torch.float32, device=q.device)
                if L.reads_previous else boundary)
     _bwd_intra_kernel[(triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H)](
-        q, k, *gates, q if u is None else u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, L.T,
+        q, k, g, q if u is None else u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, L.T,
         L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK_BWD, READS_PREVIOUS=L.reads_previous,
         num_warps=INTRA_BWD["num_warps"], LEVELS=LEVELS, **L.dots)
     dg = chunk_gate_grad(q, dqs, k, dks, boundary, BT, q_reads_current=not L.reads_previous,

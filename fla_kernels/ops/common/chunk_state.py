@@ -6,17 +6,21 @@ at all (linear attention). Time is cut into chunks of BT tokens, and chunks
 into gate blocks of GS tokens (GS divides BT; 16 for the sub-chunks of the
 intra-chunk products).
 
-Gates. `block_gate_sums` stores, per gate block, the inclusive prefix sum P
-and the exclusive suffix sum Q of g (float32). Every exponent the kernels take
-is then a sum of such stored values, all <= 0, never a difference of two large
-cumulative sums: with strong decay (g = -60 per step, a chunk sums to -3840) a
-difference G_i - G_j of chunk-wide cumsums would lose about eps * 3840 of
-absolute precision, which the gradient of the gate feels. Within a chunk
-(`chunk_gate_tiles`):
-    prefix_i = sum_{s < i} g_s (or s <= i)   = P one row up + totals of earlier blocks
-    suffix_j = sum_{s > j} g_s               = Q_j + totals of later blocks
+Gates. Every exponent the kernels take is a sum of gates, all <= 0, never a
+difference of two large cumulative sums: with strong decay (g = -60 per step, a
+chunk sums to -3840) a difference G_i - G_j of chunk-wide cumsums would lose about
+eps * 3840 of absolute precision, which the gradient of the gate feels. A kernel
+sums the gates it needs itself, as one masked product on the tensor cores
+(`span_sums`): a 0/1 selection [R, BR] times the gate rows [BR, BK]. The operands
+hold g exactly (its own 16-bit dtype, tf32 or IEEE fp32), so every term is exact and
+only the fp32 accumulation rounds. Within a chunk (`chunk_gate_sums`):
+    prefix_i = sum_{s < i} g_s (or s <= i)
+    suffix_j = sum_{s > j} g_s
     total    = sum_s g_s
-Positions past T count as zero gates.
+Positions past T count as zero gates. Gated slot attention's kernels and the
+fused chunk form of gla read stored per-block sums instead: `block_gate_sums`
+stores, per gate block of GS rows, the inclusive prefix P and the exclusive
+suffix Q, and chunk-level sums add block totals to them.
 
 A scalar gate (simple GLA: one log decay per head and step, g [B, T, H], the same for
 every K column) needs no stored sums: `scalar_gate_tiles` takes the chunk-local
@@ -42,6 +46,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import add_rounded, mma
+from fla_kernels.ops.common.tiles import load_rows
 
 
 def block_size(n: int, cap: int = 64) -> int:
@@ -167,20 +172,11 @@ def between_total(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.const
 
 
 @triton.jit
-def suffix_to(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-              BK: tl.constexpr, i_k, i_j, i_i):
-    """[BC, BK] sum of the gate after each row of sub-chunk J = i_j up to the start of
-    sub-chunk I = i_i > J of the chunk at c0: J's block suffix plus `between_total`, the k-side
-    exponent of the block (I, J) of the scores and of dq."""
-    return (load_suffix(Q, base, c0 + i_j * BC, T, H, K, BC, BK, i_k)
-            + between_total(P, base, c0, T, H, K, BC, BK, i_k, i_j + 1, i_i)[None, :])
-
-
-@triton.jit
 def suffix_to_rows(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                    BC: tl.constexpr, BK: tl.constexpr, i_k, i_i):
-    """[BT, BK] `suffix_to` for every row of the chunk at c0 in a sub-chunk before I = i_i, bit
-    for bit (the same totals added in the same order); rows of I and later hold no meaning."""
+    """[BT, BK] the sum of the gate after each row of the chunk at c0 up to the start of sub-chunk
+    I = i_i, for the rows of the sub-chunks before I: the row's block suffix plus the totals of the
+    blocks between (increasing order); rows of I and later hold no meaning."""
     blk = (tl.arange(0, BT) // BC)[:, None]
     b_between = tl.zeros([BT, BK], dtype=tl.float32)
     for i_b in range(1, i_i):
@@ -216,72 +212,66 @@ def _level_split(b_f, BC: tl.constexpr, S: tl.constexpr):
 
 
 @triton.jit
-def diag_level(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-               BK: tl.constexpr, i_k, b_pre, b_prej, S: tl.constexpr):
-    """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block at t0.
+def span_sums(b_g, first, end, BR: tl.constexpr, FP32_DOT: tl.constexpr, GATE_DTYPE: tl.constexpr):
+    """[R, BK]: row r is the sum of the gate rows first[r] <= s < end[r] of b_g [BR, BK] (zero
+    when the span is empty), as one product of a 0/1 selection and the gates.
+
+    b_g holds values of GATE_DTYPE (the gate tensor's element type), which the operands keep
+    exactly: its own 16-bit type on the tensor cores, IEEE fp32 for fp32 gates or with FP32_DOT.
+    Every term is then exact and only the fp32 accumulation rounds: a sum of non-positive terms,
+    exact to a few ulps of itself, never a difference of two larger sums.
+    """
+    s = tl.arange(0, BR)[None, :]
+    sel = (s >= first[:, None]) & (s < end[:, None])
+    if FP32_DOT or GATE_DTYPE == tl.float32:
+        return tl.dot(sel.to(tl.float32), b_g.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(sel.to(GATE_DTYPE), b_g.to(GATE_DTYPE), out_dtype=tl.float32)
+
+
+@triton.jit
+def diag_level_sums(b_g, off, BR: tl.constexpr, BC: tl.constexpr, S: tl.constexpr,
+                    EXCLUSIVE: tl.constexpr, FP32_DOT: tl.constexpr, GATE_DTYPE: tl.constexpr):
+    """(f_row, f_col [BC, BK], pairs [BC, BC]): level S of the pairs of the gate block held in
+    rows off..off+BC-1 of b_g [BR, BK] (zero past T).
 
     Level S holds the pairs (i, j) whose block indices first differ in bit S: i in the upper half
-    of an aligned group of 2S rows, j in its lower half. With r the inclusive prefix at the last
-    row of that lower half, exp(pre_i - pre+_j) = exp(pre_i - r) * exp(r - pre+_j), both
-    exponents differences inside one block and <= 0 (f_row is 0 off the upper halves, f_col off
-    the lower ones): summed over the levels (four for BC = 16), the pair products of the diagonal
-    block become small dots with BC * BK exponentials per level instead of a [BC, BC, BK] cube.
-    b_pre: the rows' prefix (inclusive or exclusive), b_prej: the inclusive one.
+    of an aligned group of 2S rows, j in its lower half. The pair decays by the gates after j up
+    to i (to i - 1 with EXCLUSIVE: rwkv6), which the half boundary splits in two: from the first
+    row of i's half to i, and from j + 1 to the last row of j's half, both sums of the block's own
+    gates (`span_sums`) and <= 0. f_row is 0 off the upper halves, f_col off the lower ones:
+    summed over the levels (four for BC = 16), the pair products of the diagonal block become
+    small dots with BC * BK exponentials per level instead of a [BC, BC, BK] cube.
     """
     o = tl.arange(0, BC)
     upper = (o & S) != 0
-    d = i_k * BK + tl.arange(0, BK)
-    # a row is a row factor in the upper half and a column factor in the lower one: one
-    # reference row and one exponential per element serve both
-    r = t0 + tl.where(upper, (o & -S) - 1, o | (S - 1))
-    ref = tl.load(P + base + r.to(tl.int64)[:, None] * (H * K) + d[None, :],
-                  mask=(r < T)[:, None] & (d[None, :] < K), other=0)
-    return _level_split(exp_nonpos(tl.where(upper[:, None], b_pre - ref, ref - b_prej)), BC, S)
+    first = tl.where(upper, o & -S, o + 1)
+    if EXCLUSIVE:
+        end = tl.where(upper, o, (o | (S - 1)) + 1)
+    else:
+        end = tl.where(upper, o + 1, (o | (S - 1)) + 1)
+    b_f = exp_nonpos(span_sums(b_g, off + first, off + end, BR, FP32_DOT, GATE_DTYPE))
+    return _level_split(b_f, BC, S)
 
 
 @triton.jit
-def diag_level_sums(b_g, BC: tl.constexpr, S: tl.constexpr, FP32_DOT: tl.constexpr,
-                    OPERAND_DTYPE: tl.constexpr):
-    """`diag_level` (inclusive prefixes) with every exponent summed from the block's gates b_g
-    [BC, BK] (zero past T) instead of taken as a difference of two stored prefix sums.
+def chunk_gate_sums(g, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                    BK: tl.constexpr, i_k, PREFIX_EXCLUSIVE: tl.constexpr, FP32_DOT: tl.constexpr):
+    """Gate sums of the chunk starting at c0, from the gate g [B, T, H, K] itself (`span_sums`).
 
-    A difference pre_i - r carries the rounding of the prefixes, eps * |r|: under strong decay
-    (a block summing to -250) 1.5e-5 of a factor near 1, which the gate gradient of gated slot
-    attention felt (fp32, T=1000: dg over its bound). Here the exponent of row i is the sum of
-    g from the first row of its half to i (upper half) or from i + 1 to the last row of its
-    half (lower half), one masked product of the gates: all terms of one sign, exact to a few
-    ulps of itself.
+    Returns prefix [BT, BK] (sum of g from the chunk start up to each row, exclusive with
+    PREFIX_EXCLUSIVE), suffix [BT, BK] (sum of g after each row to the chunk end) and total
+    [BK]; every one a sum of values <= 0.
     """
-    o = tl.arange(0, BC)
-    upper = (o & S) != 0
-    same = (o[:, None] ^ o[None, :]) < 2 * S
-    t_upper = ((o & S) != 0)[None, :]
-    sel = same & tl.where(upper[:, None], t_upper & (o[None, :] <= o[:, None]),
-                          (~t_upper) & (o[None, :] > o[:, None]))
-    return _level_split(exp_nonpos(mma(sel.to(tl.float32), b_g, FP32_DOT, OPERAND_DTYPE)), BC, S)
-
-
-@triton.jit
-def chunk_gate_tiles(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                     GS: tl.constexpr, BK: tl.constexpr, i_k, PREFIX_EXCLUSIVE: tl.constexpr):
-    """Chunk-level gate sums of the chunk starting at c0, built from block sums.
-
-    Returns prefix [BT, BK] (sum of g from the chunk start up to each row,
-    exclusive with PREFIX_EXCLUSIVE), suffix [BT, BK] (sum of g after each row
-    to the chunk end) and total [BK]; every one a sum of values <= 0.
-    """
-    blk = (tl.arange(0, BT) // GS)[:, None]
-    before = tl.zeros([BT, BK], dtype=tl.float32)
-    after = tl.zeros([BT, BK], dtype=tl.float32)
-    total = tl.zeros([BK], dtype=tl.float32)
-    for i_s in tl.static_range(BT // GS):
-        b_tot = block_total(P, base, c0 + i_s * GS, T, H, K, BK, i_k, GS)
-        before += tl.where(blk > i_s, b_tot[None, :], 0.0)
-        after += tl.where(blk < i_s, b_tot[None, :], 0.0)
-        total += b_tot
-    prefix = load_prefix(P, base, c0, T, H, K, BT, BK, i_k, GS, PREFIX_EXCLUSIVE) + before
-    suffix = load_suffix(Q, base, c0, T, H, K, BT, BK, i_k) + after
-    return prefix, suffix, total
+    b_g = load_rows(g, base, c0, T, H, K, BT, BK, i_k)
+    o = tl.arange(0, BT)
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
+    if PREFIX_EXCLUSIVE:
+        prefix = span_sums(b_g, tl.zeros([BT], dtype=tl.int32), o, BT, FP32_DOT, GATE_DTYPE)
+    else:
+        prefix = span_sums(b_g, tl.zeros([BT], dtype=tl.int32), o + 1, BT, FP32_DOT, GATE_DTYPE)
+    suffix = span_sums(b_g, o + 1, tl.full([BT], BT, dtype=tl.int32), BT, FP32_DOT, GATE_DTYPE)
+    return prefix, suffix, tl.sum(b_g, axis=0)
 
 
 @triton.jit
@@ -304,7 +294,7 @@ def chunk_cumgate(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr):
 @triton.jit
 def scalar_gate_tiles(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                       PREFIX_EXCLUSIVE: tl.constexpr):
-    """`chunk_gate_tiles` for a scalar gate g [B, T, H], broadcast over BK columns: prefix and
+    """`chunk_gate_sums` for a scalar gate g [B, T, H], broadcast over BK columns: prefix and
     suffix [BT, BK], total [BK], from the float64 chunk-local cumsum (differences of it are
     exact to float32)."""
     b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
@@ -322,14 +312,15 @@ def scalar_gate_tiles(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr, BK:
 # ----------------------------------------------------------------------------- states
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, final, T, NT, H: tl.constexpr, K: tl.constexpr,
-                        V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr, BK: tl.constexpr,
+def _chunk_fwd_h_kernel(k, v, g, h0, states, final, T, NT, H: tl.constexpr, K: tl.constexpr,
+                        V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                         BV: tl.constexpr, USE_G: tl.constexpr, SCALAR_GATE: tl.constexpr,
                         USE_H0: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """states[b, h, c] = state entering chunk c (in states' dtype); final[b, h] = final state.
 
     One program per (K-block, V-block, b*h) walks the chunks in order, the state in float32:
-    h <- diag(exp(total)) h + (k * exp(suffix))^T v. SCALAR_GATE: P is the gate g [B, T, H].
+    h <- diag(exp(total)) h + (k * exp(suffix))^T v, the gate sums from g [B, T, H, K]
+    (`chunk_gate_sums`) or, with SCALAR_GATE, g [B, T, H] (`scalar_gate_tiles`).
     """
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -354,32 +345,31 @@ def _chunk_fwd_h_kernel(k, v, P, Q, h0, states, final, T, NT, H: tl.constexpr, K
         b_v = tl.load(p_v, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
         if USE_G:
             if SCALAR_GATE:
-                _, b_suffix, b_total = scalar_gate_tiles(P, i_b, i_h, c0, T, H, BT, BK, True)
+                _, b_suffix, b_total = scalar_gate_tiles(g, i_b, i_h, c0, T, H, BT, BK, True)
             else:
-                _, b_suffix, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k, True)
+                _, b_suffix, b_total = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, True,
+                                                       FP32_DOT)
             b_k = b_k * exp_nonpos(b_suffix)
             b_h = b_h * exp_nonpos(b_total)[:, None]
         b_h = add_rounded(b_h, mma(tl.trans(b_k), b_v, FP32_DOT, OPERAND_DTYPE))
     tl.store(final + i_bh * K * V + o_kv, b_h, mask=m_kv)
 
 
-def _gate_args(gates, stand_in):
-    """(P, Q, USE_G, SCALAR_GATE) for the state kernels from `gates` (see `chunk_fwd_h`)."""
-    if gates is None:
-        return stand_in, stand_in, False, False
-    if isinstance(gates, torch.Tensor):
-        return gates, gates, True, True
-    return gates[0], gates[1], True, False
+def _gate_args(g, stand_in):
+    """(g or stand_in, USE_G, SCALAR_GATE) for the state kernels (see `chunk_fwd_h`)."""
+    if g is None:
+        return stand_in, False, False
+    return g, True, g.dim() == 3
 
 
-def chunk_fwd_h(k, v, gates, initial_state, chunk_size, gate_block, fp32_dot, operand_dtype,
+def chunk_fwd_h(k, v, g, initial_state, chunk_size, fp32_dot, operand_dtype,
                 state_dtype=torch.float32, tuning=None):
     """(states [B, H, NT, K, V] in state_dtype: the state entering each of the NT chunks,
     final state [B, H, K, V] float32).
 
-    gates: (P, Q) from `block_gate_sums(g, gate_block)`; a scalar gate g [B, T, H] (one log
-    decay per head and step for every K column); or None for no decay. tuning: the caller's
-    block caps and launch options (`tuned_blocks`).
+    g: the log gate, per channel [B, T, H, K] or scalar [B, T, H] (one log decay per head and
+    step for every K column), or None for no decay; the kernel sums it per chunk itself.
+    tuning: the caller's block caps and launch options (`tuned_blocks`).
     """
     B, T, H, K = k.shape
     V = v.shape[-1]
@@ -387,18 +377,18 @@ def chunk_fwd_h(k, v, gates, initial_state, chunk_size, gate_block, fp32_dot, op
     states = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=k.device)
     final = torch.empty(B, H, K, V, dtype=torch.float32, device=k.device)
     BK, BV, launch = tuned_blocks(K, V, tuning)
-    P, Q, use_g, scalar_gate = _gate_args(gates, k)
+    g, use_g, scalar_gate = _gate_args(g, k)
     grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
     _chunk_fwd_h_kernel[grid](
-        k, v, P, Q, k if initial_state is None else initial_state, states, final, T, NT, H, K, V,
-        BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
+        k, v, g, k if initial_state is None else initial_state, states, final, T, NT, H, K, V,
+        BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
         USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **launch)
     return states, final
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
-                         K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, GS: tl.constexpr,
+def _chunk_bwd_dh_kernel(q, g, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
+                         K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, USE_G: tl.constexpr,
                          SCALAR_GATE: tl.constexpr, Q_GATE_EXCLUSIVE: tl.constexpr, USE_DHT: tl.constexpr,
                          STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr,
@@ -407,8 +397,8 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
 
     One program per (K-block, V-block, b*h) walks the chunks backwards:
     dh <- diag(exp(total)) dh + scale * (q * exp(prefix))^T do, with the prefix
-    exclusive (the output reads the state before the step) or inclusive. SCALAR_GATE: P is
-    the gate g [B, T, H].
+    exclusive (the output reads the state before the step) or inclusive, summed from g as in
+    `_chunk_fwd_h_kernel`.
     """
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
@@ -434,10 +424,10 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
         b_do = tl.load(p_do, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
         if USE_G:
             if SCALAR_GATE:
-                b_prefix, _, b_total = scalar_gate_tiles(P, i_b, i_h, c0, T, H, BT, BK, Q_GATE_EXCLUSIVE)
+                b_prefix, _, b_total = scalar_gate_tiles(g, i_b, i_h, c0, T, H, BT, BK, Q_GATE_EXCLUSIVE)
             else:
-                b_prefix, _, b_total = chunk_gate_tiles(P, Q, base_k, c0, T, H, K, BT, GS, BK, i_k,
-                                                        Q_GATE_EXCLUSIVE)
+                b_prefix, _, b_total = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k,
+                                                       Q_GATE_EXCLUSIVE, FP32_DOT)
             b_q = b_q * exp_nonpos(b_prefix)
             b_dh = b_dh * exp_nonpos(b_total)[:, None]
         b_dh = add_rounded(b_dh, mma(tl.trans(b_q * scale), b_do, FP32_DOT, OPERAND_DTYPE))
@@ -445,12 +435,12 @@ def _chunk_bwd_dh_kernel(q, P, Q, do, dht, dh, dh0, scale, T, NT, H: tl.constexp
         tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
 
 
-def chunk_bwd_dh(q, gates, do, dht, scale, chunk_size, gate_block, q_gate_exclusive, need_dh0,
+def chunk_bwd_dh(q, g, do, dht, scale, chunk_size, q_gate_exclusive, need_dh0,
                  fp32_dot, operand_dtype, state_dtype=torch.float32, tuning=None):
     """(dh [B, H, NT, K, V] in state_dtype, dh0 [B, H, K, V] float32 or None).
 
     dh[:, :, c] is the total gradient w.r.t. the state leaving chunk c (dht for
-    the last chunk, zero when dht is None). gates, tuning: as for `chunk_fwd_h`.
+    the last chunk, zero when dht is None). g, tuning: as for `chunk_fwd_h`.
     """
     B, T, H, K = q.shape
     V = do.shape[-1]
@@ -458,11 +448,11 @@ def chunk_bwd_dh(q, gates, do, dht, scale, chunk_size, gate_block, q_gate_exclus
     dh = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=q.device)
     dh0 = torch.empty(B, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
     BK, BV, launch = tuned_blocks(K, V, tuning)
-    P, Q, use_g, scalar_gate = _gate_args(gates, q)
+    g, use_g, scalar_gate = _gate_args(g, q)
     grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
     _chunk_bwd_dh_kernel[grid](
-        q, P, Q, do, q if dht is None else dht, dh, q if dh0 is None else dh0, scale, T, NT,
-        H, K, V, BT=chunk_size, GS=gate_block, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
+        q, g, do, q if dht is None else dht, dh, q if dh0 is None else dh0, scale, T, NT,
+        H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
         Q_GATE_EXCLUSIVE=q_gate_exclusive, USE_DHT=dht is not None, STORE_DH0=need_dh0,
         FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **launch)
     return dh, dh0

@@ -17,6 +17,19 @@ def load_rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr
 
 
 @triton.jit
+def load_chunk_rows(x, base, c0, lo, hi, T, H: tl.constexpr, D: tl.constexpr, BT: tl.constexpr,
+                    BD: tl.constexpr, i_d):
+    """[BT, BD] float32 tile of the chunk at c0 holding only its rows lo <= r < hi (zero elsewhere
+    and past T): the rows a program needs, at the positions where the whole chunk would hold them."""
+    r = tl.arange(0, BT)
+    t = c0 + r
+    d = i_d * BD + tl.arange(0, BD)
+    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+    m_t = (r >= lo) & (r < hi) & (t < T)
+    return tl.load(x + offs, mask=m_t[:, None] & (d[None, :] < D), other=0).to(tl.float32)
+
+
+@triton.jit
 def load_rows_t(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
                 BD: tl.constexpr, i_d):
     """The same tile as `load_rows`, read transposed: [BD, BR]."""

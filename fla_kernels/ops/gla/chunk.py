@@ -8,8 +8,9 @@ The kernels are shared with rwkv6, which differs only in reading S_{t-1} plus
 a u bonus: see ops/common/chunk_gated.py (READS_PREVIOUS=False here) for the
 algorithm. In short: states entering each chunk by chunk_fwd_h; intra-chunk
 scores from 16-row sub-chunks, off-diagonal blocks as dots of q * exp(pre) and
-k * exp(suf + between) (the reference point is the sub-chunk boundary, both
-exponents <= 0), diagonal blocks as levels of small dots (`diag_level`); the backward reuses the forward's
+k * exp(to) (the reference point is the sub-chunk boundary, both exponents <= 0,
+each a sum of gates taken in the kernel by a masked product), diagonal blocks as
+levels of small dots (`diag_level_sums`); the backward reuses the forward's
 scores, recomputes the states, takes dh from chunk_bwd_dh and dg from chunk_gate_grad with the
 gate-free terms (the diagonal pairs q_i k_i, the last row's own path into the
 leaving state) left out of both of its sides.

@@ -126,12 +126,13 @@ def _diagonal(b_A, BC: tl.constexpr):
 
 @triton.jit
 def _diag_weights(w, b_s, b_g, BC: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
-                  OPERAND_DTYPE: tl.constexpr):
-    """[BC, BC] C_ij = sum_m w_im s_jm w_ijm for the pairs j <= i of a sub-chunk with gates b_g."""
+                  OPERAND_DTYPE: tl.constexpr, GATE_DTYPE: tl.constexpr):
+    """[BC, BC] C_ij = sum_m w_im s_jm w_ijm for the pairs j <= i of a sub-chunk with gates b_g
+    (values of GATE_DTYPE)."""
     o_i = tl.arange(0, BC)
     b_C = tl.where(o_i[:, None] == o_i[None, :], tl.sum(w * b_s, axis=1)[:, None], 0.0)
     for lvl in tl.static_range(LEVELS):
-        f_row, f_col, pairs = diag_level_sums(b_g, BC, 1 << lvl, FP32_DOT, OPERAND_DTYPE)
+        f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT, GATE_DTYPE)
         b_C += tl.where(pairs, mma(w * f_row, tl.trans(b_s * f_col), FP32_DOT, OPERAND_DTYPE), 0.0)
     return b_C
 
@@ -167,7 +168,8 @@ def _readout(x, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.co
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
     b_g = load_rows(g, base_m, t_i, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
-        f_row, f_col, pairs = diag_level_sums(b_g, BC, 1 << lvl, FP32_DOT, OPERAND_DTYPE)
+        f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
+                                              g.dtype.element_ty)
         b_r += f_row * mma(tl.where(pairs, b_A, 0.0), b_s * f_col, FP32_DOT, OPERAND_DTYPE)
     return b_r, _diagonal(b_A, BC)[:, None] * b_s, b_sE
 
@@ -193,7 +195,7 @@ def _mix(w, y, s, g, P, Q, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.
         b_r += mma(b_C, load_rows(y, base, c0, T, H, D, BT, BW, 0), FP32_DOT, OPERAND_DTYPE)
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
     b_C = _diag_weights(w, b_s, load_rows(g, base_m, t_i, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
-                        OPERAND_DTYPE)
+                        OPERAND_DTYPE, g.dtype.element_ty)
     return b_r + mma(b_C, load_rows(y, base, t_i, T, H, D, BC, BW, 0), FP32_DOT, OPERAND_DTYPE)
 
 
@@ -296,7 +298,7 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
     b_out = exp_nonpos(b_Q + between_total(P, base_m, c0, T, H, M, BC, BM, 0, i_s + 1, NC)[None, :])
     b_sO = b_s * b_out
     b_C = _diag_weights(b_w, b_s, load_rows(g, base_m, t0, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
-                        OPERAND_DTYPE)
+                        OPERAND_DTYPE, g.dtype.element_ty)
     # the pairs (i, j) with i in a later sub-chunk: products over the chunk's rows i
     b_wL = _later_weights(w, w_scale, P, base_m, c0, i_s, T, H, M, BT, BC, BM)
     b_eQ = exp_nonpos(b_Q)
@@ -322,7 +324,8 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
     b_ds_in = b_eQ * mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE)
     b_g = load_rows(g, base_m, t0, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
-        f_row, f_col, pairs = diag_level_sums(b_g, BC, 1 << lvl, FP32_DOT, OPERAND_DTYPE)
+        f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
+                                              g.dtype.element_ty)
         b_ds_in += f_col * mma(tl.trans(tl.where(pairs, b_A, 0.0)), b_w * f_row, FP32_DOT, OPERAND_DTYPE)
     b_ds = b_ds_in + _diagonal(b_A, BC)[:, None] * b_w + b_leave
     if first != 0:
@@ -383,19 +386,19 @@ class _Launch:
                     OPERAND_DTYPE=self.operand_dtype, **launch, **sizes)
 
 
-def _states(L, q, k, v, s, gates, hk0, hv0):
+def _states(L, q, k, v, s, g, hk0, hv0):
     """((hk^T states [B, H, NT, M, K], final hk^T), (hv states [B, H, NT, M, V], final hv)),
     float32."""
     hk0t = None if hk0 is None else hk0.to(torch.float32).transpose(-1, -2).contiguous()
     hv0 = None if hv0 is None else hv0.to(torch.float32).contiguous()
-    states_k = chunk_fwd_h(s, k, gates, hk0t, BT, BC, L.fp32_dot, L.operand_dtype)
-    states_v = chunk_fwd_h(s, v, gates, hv0, BT, BC, L.fp32_dot, L.operand_dtype)
+    states_k = chunk_fwd_h(s, k, g, hk0t, BT, L.fp32_dot, L.operand_dtype)
+    states_v = chunk_fwd_h(s, v, g, hv0, BT, L.fp32_dot, L.operand_dtype)
     return states_k, states_v
 
 
 def _forward(L, q, k, v, s, g, gates, scale, hk0, hv0, store_zm):
     """(o, p [B, T, H, M] float32, z' [B, T, H, M] float32 or None, final hk^T, final hv)."""
-    (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, gates, hk0, hv0)
+    (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, g, hk0, hv0)
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
     zm = torch.empty_like(p) if store_zm else None
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
@@ -435,10 +438,10 @@ class ChunkGSAFunction(torch.autograd.Function):
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
         gates = block_gate_sums(g, BC)
-        (states_k, _), (states_v, _) = _states(L, q, k, v, s, gates, hk0, hv0)
+        (states_k, _), (states_v, _) = _states(L, q, k, v, s, g, hk0, hv0)
         dots = dict(fp32_dot=L.fp32_dot, operand_dtype=L.operand_dtype)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
-        dhv, dhv0 = chunk_bwd_dh(p, gates, do, dhvt, 1.0, BT, BC, q_gate_exclusive=False,
+        dhv, dhv0 = chunk_bwd_dh(p, g, do, dhvt, 1.0, BT, q_gate_exclusive=False,
                                  need_dh0=use_h0, **dots)
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
@@ -446,7 +449,7 @@ class ChunkGSAFunction(torch.autograd.Function):
         _bwd_dz_kernel[grid](v, s, g, *gates, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
                              **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
-        dhk, dhk0 = chunk_bwd_dh(dz, gates, q, dhkt_t, scale, BT, BC, q_gate_exclusive=False,
+        dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
                                  need_dh0=use_h0, **dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))

@@ -253,7 +253,7 @@ class _Launch:
 
 def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
-    return chunk_fwd_h(k, v, g, initial_state, BT, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
+    return chunk_fwd_h(k, v, g, initial_state, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
                        state_dtype, TUNING["fwd_h"])
 
 
@@ -274,7 +274,7 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
     L = _Launch(q, v)
     state_dtype = L.state_dtype if g is None else torch.float32
     states, _ = _states(L, k, v, g, initial_state, state_dtype)
-    dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, BT, q_gate_exclusive=False,
+    dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=False,
                            need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
                            operand_dtype=L.dots["OPERAND_DTYPE"], state_dtype=state_dtype,
                            tuning=TUNING["bwd_dh"])
