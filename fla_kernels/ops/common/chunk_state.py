@@ -12,7 +12,7 @@ chunk sums to -3840) a difference G_i - G_j of chunk-wide cumsums would lose abo
 eps * 3840 of absolute precision, which the gradient of the gate feels. A kernel
 sums the gates it needs itself, as one masked product on the tensor cores
 (`span_sums`): a 0/1 selection [R, BR] times the gate rows [BR, BK]. The operands
-hold g exactly (its own 16-bit dtype, tf32 or IEEE fp32), so every term is exact and
+hold g exactly (its own 16-bit dtype, or IEEE fp32), so every term is exact and
 only the fp32 accumulation rounds. Within a chunk (`chunk_gate_sums`):
     prefix_i = sum_{s < i} g_s (or s <= i)
     suffix_j = sum_{s > j} g_s
