@@ -223,10 +223,8 @@ def span_sums(b_g, first, end, BR: tl.constexpr, FP32_DOT: tl.constexpr, GATE_DT
     """
     s = tl.arange(0, BR)[None, :]
     sel = (s >= first[:, None]) & (s < end[:, None])
-    if FP32_DOT or GATE_DTYPE == tl.float32:
-        return tl.dot(sel.to(tl.float32), b_g.to(tl.float32), input_precision="ieee")
-    else:
-        return tl.dot(sel.to(GATE_DTYPE), b_g.to(GATE_DTYPE), out_dtype=tl.float32)
+    IEEE: tl.constexpr = FP32_DOT or GATE_DTYPE == tl.float32
+    return mma(sel.to(tl.float32), b_g, IEEE, GATE_DTYPE)
 
 
 @triton.jit
