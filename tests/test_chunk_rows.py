@@ -1,6 +1,8 @@
-"""The chunk-wide gate exponents of ops/common/chunk_state.py (the Triton interpreter on CPU, or the
-GPU): `suffix_to_rows` the sum of the gates after each row up to the start of a later sub-chunk,
-`prefix_from_rows` the sum of the gates from the end of a sub-chunk through each later row, against
+"""The chunk-wide gate exponents of ops/common/chunk_state.py, as gated slot attention takes them
+(the Triton interpreter on CPU, or the GPU, where 16-bit gates go through the tensor cores):
+`gates_after` the sum of the gates after each row of the chunk up to the start of a later
+sub-chunk, `gates_from` the sum of the gates from the end of a sub-chunk through each later row,
+both over a chunk tile that holds only the rows the span needs (`load_chunk_rows`), against
 float64 sums, in a full chunk and in one cut short by T."""
 import fla_kernels  # noqa: F401  (sets the interpreter up before triton is imported)
 import pytest
@@ -8,7 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import block_gate_sums, prefix_from_rows, suffix_to_rows
+from fla_kernels.ops.common.chunk_state import gates_after, gates_from
+from fla_kernels.ops.common.tiles import load_chunk_rows
+from fla_kernels.utils import dots_in_fp32
 from tests.kernel_testing import DEVICE
 
 BT, BC, K = 64, 16, 16
@@ -16,31 +20,37 @@ NC = BT // BC
 
 
 @triton.jit
-def _rows_kernel(P, Q, to_rows, from_rows, T, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
-    """For the chunk i_c and sub-chunk i_s of this program, [BT, K] each: suffix_to_rows against
-    I = i_s, prefix_from_rows from J = i_s. One head, one sequence."""
+def _rows_kernel(g, to_rows, from_rows, T, K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                 FP32_DOT: tl.constexpr):
+    """For the chunk i_c and sub-chunk i_s of this program, [BT, K] each: the gates after each
+    row up to the start of I = i_s (from the rows before I), and from the end of J = i_s through
+    each row (from the rows after J). One head, one sequence."""
     NC: tl.constexpr = BT // BC
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
     i_c, i_s = tl.program_id(0), tl.program_id(1)
     c0 = i_c * BT
     o = tl.arange(0, BT)
     d = tl.arange(0, K)
     offs = ((i_c * NC + i_s) * BT + o)[:, None] * K + d[None, :]
-    tl.store(to_rows + offs, suffix_to_rows(P, Q, 0, c0, T, 1, K, BT, BC, K, 0, i_s))
-    tl.store(from_rows + offs, prefix_from_rows(P, 0, c0, T, 1, K, BT, BC, K, 0, i_s))
+    b_before = load_chunk_rows(g, 0, c0, 0, i_s * BC, T, 1, K, BT, K, 0)
+    tl.store(to_rows + offs, gates_after(b_before, 0, i_s * BC, BT, BT, FP32_DOT, GATE_DTYPE))
+    b_after = load_chunk_rows(g, 0, c0, (i_s + 1) * BC, BT, T, 1, K, BT, K, 0)
+    tl.store(from_rows + offs, gates_from(b_after, (i_s + 1) * BC, 0, BT, BT, False, FP32_DOT,
+                                          GATE_DTYPE))
 
 
 def _run(g: torch.Tensor):
     """(to_rows, from_rows) [NT, NC, BT, K] of `_rows_kernel` for g [T, K]."""
     T = g.shape[0]
     NT = triton.cdiv(T, BT)
-    P, Q = block_gate_sums(g.reshape(1, T, 1, K).contiguous().to(DEVICE), BC)
     out = [torch.zeros(NT, NC, BT, K, device=DEVICE) for _ in range(2)]
-    _rows_kernel[(NT, NC)](P, Q, *out, T, K=K, BT=BT, BC=BC)
+    _rows_kernel[(NT, NC)](g.contiguous().to(DEVICE), *out, T, K=K, BT=BT, BC=BC,
+                           FP32_DOT=dots_in_fp32(g.dtype))
     return tuple(x.cpu() for x in out)
 
 
-def _gates(T: int, strength: float) -> torch.Tensor:
-    return -torch.rand(T, K, generator=torch.Generator().manual_seed(T)) * strength
+def _gates(T: int, dtype: torch.dtype) -> torch.Tensor:
+    return (-torch.rand(T, K, generator=torch.Generator().manual_seed(T)) * 30.0).to(dtype)
 
 
 def _suffix_to(g: torch.Tensor, i_c: int, i_i: int) -> torch.Tensor:
@@ -55,31 +65,6 @@ def _suffix_to(g: torch.Tensor, i_c: int, i_i: int) -> torch.Tensor:
     return want
 
 
-@pytest.mark.parametrize("T", [BT, BT + 37], ids=["whole-chunk", "cut-short"])
-def test_suffix_to_rows_sums_the_gates_up_to_the_sub_chunk(T):
-    """Every term has one sign, so the float32 sum is within a few ulps of its own size; counting
-    each row's own gate in (one row off) must be caught at that tolerance."""
-    g = _gates(T, 30.0)
-    to_rows, _ = _run(g)
-    eps = torch.finfo(torch.float32).eps
-    checked = 0
-    for i_c in range(to_rows.shape[0]):
-        for i_i in range(1, NC):
-            want = _suffix_to(g, i_c, i_i)
-            rows = ~want.isnan()
-            if not rows.any():
-                continue
-            got = to_rows[i_c, i_i].double()
-            tol = 8 * eps * want.abs() + 1e-30
-            assert ((got - want).abs() <= tol)[rows].all()
-            own = torch.zeros(BT, K, dtype=torch.float64)
-            n = min(BT, g.shape[0] - i_c * BT)
-            own[:n] = g[i_c * BT:i_c * BT + n].double()
-            assert not ((want + own - want).abs() <= tol)[rows].any()
-            checked += int(rows.sum())
-    assert checked > 0
-
-
 def _prefix_from(g: torch.Tensor, i_c: int, i_j: int) -> torch.Tensor:
     """[BT, K] float64 sum of g from the row after sub-chunk J = i_j of chunk i_c through each row
     of a later sub-chunk (rows past T and of J or earlier: nan)."""
@@ -92,13 +77,43 @@ def _prefix_from(g: torch.Tensor, i_c: int, i_j: int) -> torch.Tensor:
     return want
 
 
-@pytest.mark.parametrize("T", [BT, BT + 37], ids=["whole-chunk", "cut-short"])
-def test_prefix_from_rows_sums_the_gates_after_the_sub_chunk(T):
-    """Every term has one sign, so the float32 sum is within a few ulps of its own size; counting
-    the last row of J in (one row off) must be caught at that tolerance."""
-    g = _gates(T, 30.0)
+def _within(got, want):
+    """Every term has one sign, so the float32 sum is within a few ulps of its own size."""
+    return (got - want).abs() <= 8 * torch.finfo(torch.float32).eps * want.abs() + 1e-30
+
+
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+LENGTHS = pytest.mark.parametrize("T", [BT, BT + 37], ids=["whole-chunk", "cut-short"])
+
+
+@DTYPES
+@LENGTHS
+def test_gates_after_sums_the_gates_up_to_the_sub_chunk(T, dtype):
+    """Counting each row's own gate in (one row off) must be caught at the tolerance."""
+    g = _gates(T, dtype)
+    to_rows, _ = _run(g)
+    checked = 0
+    for i_c in range(to_rows.shape[0]):
+        for i_i in range(1, NC):
+            want = _suffix_to(g, i_c, i_i)
+            rows = ~want.isnan()
+            if not rows.any():
+                continue
+            assert _within(to_rows[i_c, i_i].double(), want)[rows].all()
+            own = torch.zeros(BT, K, dtype=torch.float64)
+            n = min(BT, g.shape[0] - i_c * BT)
+            own[:n] = g[i_c * BT:i_c * BT + n].double()
+            assert not _within(want + own, want)[rows].any()
+            checked += int(rows.sum())
+    assert checked > 0
+
+
+@DTYPES
+@LENGTHS
+def test_gates_from_sums_the_gates_after_the_sub_chunk(T, dtype):
+    """Counting the last row of J in (one row off) must be caught at the tolerance."""
+    g = _gates(T, dtype)
     _, from_rows = _run(g)
-    eps = torch.finfo(torch.float32).eps
     checked = 0
     for i_c in range(from_rows.shape[0]):
         for i_j in range(NC - 1):
@@ -106,9 +121,8 @@ def test_prefix_from_rows_sums_the_gates_after_the_sub_chunk(T):
             rows = ~want.isnan()
             if not rows.any():
                 continue
-            got = from_rows[i_c, i_j].double()
-            assert ((got - want).abs() <= 8 * eps * want.abs())[rows].all()
+            assert _within(from_rows[i_c, i_j].double(), want)[rows].all()
             one_off = want + g[i_c * BT + (i_j + 1) * BC - 1].double()
-            assert not ((one_off - want).abs() <= 8 * eps * want.abs())[rows].any()
+            assert not _within(one_off, want)[rows].any()
             checked += int(rows.sum())
     assert checked > 0

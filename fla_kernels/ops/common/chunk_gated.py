@@ -39,7 +39,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (block_size, chunk_bwd_dh, chunk_fwd_h,
                                                 chunk_gate_sums, diag_level_sums, exp_nonpos,
-                                                span_sums, tuned_blocks)
+                                                gates_after, gates_from, tuned_blocks)
 from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import (gather_rows, load_chunk_rows, load_rows, load_rows_t,
@@ -81,30 +81,6 @@ def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: t
 
 # ----------------------------------------------------------------------------- forward kernels
 
-@triton.jit
-def _gates_from(b_g, start, i_s, BT: tl.constexpr, BC: tl.constexpr, EXCLUSIVE: tl.constexpr,
-                FP32_DOT: tl.constexpr, GATE_DTYPE: tl.constexpr):
-    """[BC, BK] the sum of the chunk's gates b_g [BT, BK] from row `start` through each row of
-    sub-chunk i_s (up to the row before it with EXCLUSIVE)."""
-    o = tl.arange(0, BC)
-    first = tl.zeros([BC], dtype=tl.int32) + start
-    if EXCLUSIVE:
-        return span_sums(b_g, first, i_s * BC + o, BT, FP32_DOT, GATE_DTYPE)
-    else:
-        return span_sums(b_g, first, i_s * BC + o + 1, BT, FP32_DOT, GATE_DTYPE)
-
-
-@triton.jit
-def _gates_after(b_g, i_s, end, BT: tl.constexpr, BC: tl.constexpr, FP32_DOT: tl.constexpr,
-                 GATE_DTYPE: tl.constexpr):
-    """[BC, BK] the sum of the chunk's gates b_g [BT, BK] after each row of sub-chunk i_s up to
-    the row before `end`."""
-    o = tl.arange(0, BC)
-    return span_sums(b_g, i_s * BC + o + 1, tl.zeros([BC], dtype=tl.int32) + end, BT, FP32_DOT,
-                     GATE_DTYPE)
-
-
-
 @triton.jit(do_not_specialize=["T"])
 def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BC: tl.constexpr, BK: tl.constexpr, READS_PREVIOUS: tl.constexpr,
@@ -140,8 +116,9 @@ def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.c
             b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
             b_k = load_rows(k, base, t_j, T, H, K, BC, BK, i_k)
             b_g = load_chunk_rows(g, base, c0, i_j * BC, (i_i + 1) * BC, T, H, K, BT, BK, i_k)
-            b_pre = _gates_from(b_g, i_i * BC, i_i, BT, BC, READS_PREVIOUS, FP32_DOT, GATE_DTYPE)
-            b_to = _gates_after(b_g, i_j, i_i * BC, BT, BC, FP32_DOT, GATE_DTYPE)
+            b_pre = gates_from(b_g, i_i * BC, i_i * BC, BT, BC, READS_PREVIOUS, FP32_DOT,
+                               GATE_DTYPE)
+            b_to = gates_after(b_g, i_j * BC, i_i * BC, BT, BC, FP32_DOT, GATE_DTYPE)
             b_A += mma(b_q * exp_nonpos(b_pre), tl.trans(b_k * exp_nonpos(b_to)), FP32_DOT,
                        OPERAND_DTYPE)
         p_A, m_A = _score_block(A, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
@@ -344,8 +321,8 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
     b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
     # the gate sums, spans of the chunk's gates: I's own up to each row (pre) and after it (suf)
     b_g = load_rows(g, base, c0, T, H, K, BT, BK, i_k)
-    b_pre = _gates_from(b_g, i_i * BC, i_i, BT, BC, READS_PREVIOUS, FP32_DOT, GATE_DTYPE)
-    b_suf = _gates_after(b_g, i_i, (i_i + 1) * BC, BT, BC, FP32_DOT, GATE_DTYPE)
+    b_pre = gates_from(b_g, i_i * BC, i_i * BC, BT, BC, READS_PREVIOUS, FP32_DOT, GATE_DTYPE)
+    b_suf = gates_after(b_g, i_i * BC, (i_i + 1) * BC, BT, BC, FP32_DOT, GATE_DTYPE)
     p_dA = dA + (i_bh * T + t.to(tl.int64)) * BT
     b_dA_diag = tl.load(p_dA + (t - c0), mask=t < T, other=0)
     # rows I through the state from the sub-chunks J before I (dq) and after I (dk): one dot per
@@ -353,7 +330,7 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
     b_dq = tl.zeros([BC, BK], dtype=tl.float32)
     for i_j in range(0, i_i):
         t_j = c0 + i_j * BC
-        b_to = _gates_after(b_g, i_j, i_i * BC, BT, BC, FP32_DOT, GATE_DTYPE)
+        b_to = gates_after(b_g, i_j * BC, i_i * BC, BT, BC, FP32_DOT, GATE_DTYPE)
         p_blk, m_blk = _score_block(dA, i_bh, T, t_i, i_j * BC, BC, BC, BT, False)
         m_blk &= i_j * BC + o_i[None, :] + SKIP < (t - c0)[:, None]
         b_dAj = tl.load(p_blk, mask=m_blk, other=0)
@@ -363,7 +340,8 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
     b_dk = tl.zeros([BC, BK], dtype=tl.float32)
     for i_j in range(i_i + 1, NC):
         t_j = c0 + i_j * BC
-        b_from = _gates_from(b_g, (i_i + 1) * BC, i_j, BT, BC, READS_PREVIOUS, FP32_DOT, GATE_DTYPE)
+        b_from = gates_from(b_g, (i_i + 1) * BC, i_j * BC, BT, BC, READS_PREVIOUS, FP32_DOT,
+                            GATE_DTYPE)
         p_blk, m_blk = _score_block(dA, i_bh, T, t_j, i_i * BC, BC, BC, BT, True)
         m_blk &= i_j * BC + o_i[None, :] > i_i * BC + o_i[:, None] + SKIP
         b_dAt = tl.load(p_blk, mask=m_blk, other=0)

@@ -17,10 +17,11 @@ only the fp32 accumulation rounds. Within a chunk (`chunk_gate_sums`):
     prefix_i = sum_{s < i} g_s (or s <= i)
     suffix_j = sum_{s > j} g_s
     total    = sum_s g_s
-Positions past T count as zero gates. Gated slot attention's kernels and the
-fused chunk form of gla read stored per-block sums instead: `block_gate_sums`
-stores, per gate block of GS rows, the inclusive prefix P and the exclusive
-suffix Q, and chunk-level sums add block totals to them.
+Positions past T count as zero gates. `gates_from` / `gates_after` take the
+same sums over any span of a loaded chunk tile (gated slot attention's
+cross-sub-chunk factors). The fused chunk form of gla reads stored per-block
+sums instead: `block_gate_sums` stores, per gate block of GS rows, the
+inclusive prefix P and the exclusive suffix Q.
 
 A scalar gate (simple GLA: one log decay per head and step, g [B, T, H], the same for
 every K column) needs no stored sums: `scalar_gate_tiles` takes the chunk-local
@@ -161,46 +162,6 @@ def block_total(P, base, b0, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constex
 
 
 @triton.jit
-def between_total(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr,
-                  BK: tl.constexpr, i_k, first, end):
-    """[BK] sum of the gate over the sub-chunks first..end-1 of the chunk at c0 (zero when
-    none), their stored totals added in increasing order, as every kernel adds them."""
-    b_sum = tl.zeros([BK], dtype=tl.float32)
-    for i_s in range(first, end):
-        b_sum += block_total(P, base, c0 + i_s * BC, T, H, K, BK, i_k, BC)
-    return b_sum
-
-
-@triton.jit
-def suffix_to_rows(P, Q, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                   BC: tl.constexpr, BK: tl.constexpr, i_k, i_i):
-    """[BT, BK] the sum of the gate after each row of the chunk at c0 up to the start of sub-chunk
-    I = i_i, for the rows of the sub-chunks before I: the row's block suffix plus the totals of the
-    blocks between (increasing order); rows of I and later hold no meaning."""
-    blk = (tl.arange(0, BT) // BC)[:, None]
-    b_between = tl.zeros([BT, BK], dtype=tl.float32)
-    for i_b in range(1, i_i):
-        b_between += tl.where(blk < i_b, block_total(P, base, c0 + i_b * BC, T, H, K, BK, i_k, BC)[None, :],
-                              0.0)
-    return load_suffix(Q, base, c0, T, H, K, BT, BK, i_k) + b_between
-
-
-@triton.jit
-def prefix_from_rows(P, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                     BC: tl.constexpr, BK: tl.constexpr, i_k, i_j):
-    """[BT, BK] the sum of the gate from the end of sub-chunk J = i_j through each row of a later
-    sub-chunk of the chunk at c0: the totals between (increasing order) plus the row's block
-    prefix; rows of J and earlier hold no meaning."""
-    NC: tl.constexpr = BT // BC
-    blk = (tl.arange(0, BT) // BC)[:, None]
-    b_between = tl.zeros([BT, BK], dtype=tl.float32)
-    for i_b in range(i_j + 1, NC):
-        b_between += tl.where(blk > i_b, block_total(P, base, c0 + i_b * BC, T, H, K, BK, i_k, BC)[None, :],
-                              0.0)
-    return load_prefix(P, base, c0, T, H, K, BT, BK, i_k, BC, False) + b_between
-
-
-@triton.jit
 def _level_split(b_f, BC: tl.constexpr, S: tl.constexpr):
     """(f_row, f_col, pairs) of level S from the factors b_f [BC, BK] of every row: a row's factor
     is a row factor in the upper half of its group of 2S rows and a column factor in the lower
@@ -253,6 +214,28 @@ def diag_level_sums(b_g, off, BR: tl.constexpr, BC: tl.constexpr, S: tl.constexp
 
 
 @triton.jit
+def gates_from(b_g, start, r0, BR: tl.constexpr, R: tl.constexpr, EXCLUSIVE: tl.constexpr,
+               FP32_DOT: tl.constexpr, GATE_DTYPE: tl.constexpr):
+    """[R, BK] the sum of the gate rows of b_g [BR, BK] from row `start` through each row
+    r0..r0+R-1 (up to the row before it with EXCLUSIVE; zero where that span is empty)."""
+    o = r0 + tl.arange(0, R)
+    first = tl.zeros([R], dtype=tl.int32) + start
+    if EXCLUSIVE:
+        return span_sums(b_g, first, o, BR, FP32_DOT, GATE_DTYPE)
+    else:
+        return span_sums(b_g, first, o + 1, BR, FP32_DOT, GATE_DTYPE)
+
+
+@triton.jit
+def gates_after(b_g, r0, end, BR: tl.constexpr, R: tl.constexpr, FP32_DOT: tl.constexpr,
+                GATE_DTYPE: tl.constexpr):
+    """[R, BK] the sum of the gate rows of b_g [BR, BK] after each row r0..r0+R-1 up to the row
+    before `end` (zero where that span is empty)."""
+    o = r0 + tl.arange(0, R)
+    return span_sums(b_g, o + 1, tl.zeros([R], dtype=tl.int32) + end, BR, FP32_DOT, GATE_DTYPE)
+
+
+@triton.jit
 def chunk_gate_sums(g, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BK: tl.constexpr, i_k, PREFIX_EXCLUSIVE: tl.constexpr, FP32_DOT: tl.constexpr):
     """Gate sums of the chunk starting at c0, from the gate g [B, T, H, K] itself (`span_sums`).
@@ -262,13 +245,9 @@ def chunk_gate_sums(g, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.con
     [BK]; every one a sum of values <= 0.
     """
     b_g = load_rows(g, base, c0, T, H, K, BT, BK, i_k)
-    o = tl.arange(0, BT)
     GATE_DTYPE: tl.constexpr = g.dtype.element_ty
-    if PREFIX_EXCLUSIVE:
-        prefix = span_sums(b_g, tl.zeros([BT], dtype=tl.int32), o, BT, FP32_DOT, GATE_DTYPE)
-    else:
-        prefix = span_sums(b_g, tl.zeros([BT], dtype=tl.int32), o + 1, BT, FP32_DOT, GATE_DTYPE)
-    suffix = span_sums(b_g, o + 1, tl.full([BT], BT, dtype=tl.int32), BT, FP32_DOT, GATE_DTYPE)
+    prefix = gates_from(b_g, 0, 0, BT, BT, PREFIX_EXCLUSIVE, FP32_DOT, GATE_DTYPE)
+    suffix = gates_after(b_g, 0, BT, BT, BT, FP32_DOT, GATE_DTYPE)
     return prefix, suffix, tl.sum(b_g, axis=0)
 
 

@@ -5,23 +5,25 @@ Per (batch, head), with M slots, hk [K, M], hv [M, V] and z_t = scale q_t hk_t:
     p_t = softmax(z_t),  o_t = p_t hv_t
 Written with the slot dimension first, both states follow S_t = diag(exp(g_t)) S_{t-1} + s_t^T b_t
 (b = k for hk^T [M, K], b = v for hv), so `chunk_fwd_h` / `chunk_bwd_dh` (ops/common/chunk_state.py)
-carry them from chunk to chunk of BT = 64 rows with keys s, gate sums per sub-chunk of BC = 16
-rows (`block_gate_sums`). One program per sub-chunk I of a chunk c. With P_I the inclusive prefix
-sum of g inside I, pre / post the totals of the sub-chunks before / after I in the chunk, w_ij =
-exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states entering the chunk, for rows i of I:
+carry them from chunk to chunk of BT = 64 rows with keys s. One program per sub-chunk I of BC = 16
+rows of a chunk c. With P_I the inclusive prefix sum of g inside I, pre the total of the
+sub-chunks before I in the chunk, w_ij = exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states
+entering the chunk, for rows i of I:
     z_i = scale (exp(P_i + pre) * (hk^T_c q_i) + sum_{j <= i} (q_i . k_j) s_j w_ij)
     o_i = (p_i * exp(P_i + pre)) hv_c + sum_{j <= i} C_ij v_j,   C_ij = sum_m p_im s_jm w_ijm
 The pairs with the earlier sub-chunks J are one product over the chunk's rows whose factors carry
-exp(P_I) and exp(Q_J + between) (`suffix_to_rows`; the key gradients of J, with the later rows,
-take exp(P_I + between) and exp(Q_J): `prefix_from_rows`); the pairs inside I dots per level of
-`diag_level_sums`; the pair (i, i) has no gate. Every exponent is a sum of non-positive gates or
-stored gate sums, never a difference: nothing overflows, and strong decays keep their precision.
-Products take tf32 operands rounded to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for
-fp32 inputs.
+exp(P_I) and exp(the gates after each row j up to the start of I); the key gradients of J, with
+the later rows, take exp(the gates from the end of J through each row i) and exp(the gates after
+j to the end of J). The pairs inside I are dots per level of `diag_level_sums`; the pair (i, i)
+has no gate. Every exponent is a sum of the gates over a span of rows, taken inside the kernel
+that needs it as one masked product on the tensor cores (`gates_from` / `gates_after`, see
+chunk_state.py), never a difference: nothing overflows, strong decays keep their precision, and
+no gate sums are stored. Products take tf32 operands rounded to nearest for 16-bit inputs (`mma`)
+and IEEE fp32 ones for fp32 inputs.
 
-Forward:  block_gate_sums -> chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z'; p and
-          z' are kept for the backward).
-Backward: block_gate_sums -> chunk_fwd_h, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel
+Forward:  chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z'; p and z' are kept for the
+          backward).
+Backward: chunk_fwd_h, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel
           (dp, the softmax backward dz = p (dp - <p, dp>), the dg readout sums y') -> chunk_bwd_dh
           for hk^T (queries dz, values q) -> _bwd_dq_kernel (dq) -> _bwd_keys_kernel twice, for hk^T
           (dk) then hv (dv), each adding its share of ds, ds' and boundary' -> chunk_gate_grad.
@@ -40,13 +42,11 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (between_total, block_gate_sums, chunk_bwd_dh,
-                                                chunk_fwd_h, diag_level_sums, exp_nonpos,
-                                                load_prefix, load_suffix, prefix_from_rows,
-                                                suffix_to_rows)
+from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_level_sums,
+                                                exp_nonpos, gates_after, gates_from)
 from fla_kernels.ops.common.dot import mma, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.tiles import load_rows, load_state, store_rows
+from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
 from fla_kernels.utils import store_dtype
 
@@ -78,42 +78,46 @@ def _sub_chunk(T, NT, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
 
 
 @triton.jit
-def _entering_gate(P, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BC: tl.constexpr,
-                   BM: tl.constexpr):
-    """(P_I [BC, BM], the inclusive prefix inside sub-chunk I = i_s of the chunk at c0, and
-    exp(P_I + pre) [BC, BM], the gate from the chunk's start through each row)."""
-    b_P = load_prefix(P, base_m, c0 + i_s * BC, T, H, M, BC, BM, 0, BC, False)
-    b_pre = between_total(P, base_m, c0, T, H, M, BC, BM, 0, 0, i_s)
-    return b_P, exp_nonpos(b_P + b_pre[None, :])
+def _entering_gate(g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
+                   BC: tl.constexpr, BM: tl.constexpr, FP32_DOT: tl.constexpr):
+    """(exp(P_I), exp(P_I + pre)) [BC, BM] for sub-chunk I = i_s of the chunk at c0: the gates of I
+    up to each row, and the gates from the chunk's start through each row (`gates_from`)."""
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
+    t_i = i_s * BC
+    b_g = load_chunk_rows(g, base_m, c0, 0, t_i + BC, T, H, M, BT, BM, 0)
+    b_own = gates_from(b_g, t_i, t_i, BT, BC, False, FP32_DOT, GATE_DTYPE)
+    b_in = gates_from(b_g, 0, t_i, BT, BC, False, FP32_DOT, GATE_DTYPE)
+    return exp_nonpos(b_own), exp_nonpos(b_in)
 
 
 @triton.jit
-def _earlier_keys(s, P, Q, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
-                  BC: tl.constexpr, BM: tl.constexpr):
+def _earlier_keys(s, g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
+                  BC: tl.constexpr, BM: tl.constexpr, FP32_DOT: tl.constexpr):
     """[BT, BM] s_j exp(the gate after row j up to the start of sub-chunk I = i_s) for the rows j
     of the chunk at c0 before I, 0 for the others: with exp(P_I) on the rows of I, the pair
     (i, j) decays by the product of the two. All 0 for the first sub-chunk, at no cost."""
     b_sE = tl.zeros([BT, BM], dtype=tl.float32)
     if i_s > 0:
-        keep = (tl.arange(0, BT) // BC < i_s)[:, None]
-        b_to = exp_nonpos(tl.where(keep, suffix_to_rows(P, Q, base_m, c0, T, H, M, BT, BC, BM, 0, i_s),
-                                   0.0))
-        b_sE = tl.where(keep, load_rows(s, base_m, c0, T, H, M, BT, BM, 0) * b_to, 0.0)
+        t_i = i_s * BC
+        b_g = load_chunk_rows(g, base_m, c0, 0, t_i, T, H, M, BT, BM, 0)
+        b_to = exp_nonpos(gates_after(b_g, 0, t_i, BT, BT, FP32_DOT, g.dtype.element_ty))
+        b_sE = load_chunk_rows(s, base_m, c0, 0, t_i, T, H, M, BT, BM, 0) * b_to
     return b_sE
 
 
 @triton.jit
-def _later_weights(w, w_scale, P, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr,
-                   BT: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr):
+def _later_weights(w, w_scale, g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr,
+                   BT: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr, FP32_DOT: tl.constexpr):
     """[BT, BM] w_i * w_scale * exp(the gate from the end of sub-chunk J = i_s through row i) for
     the rows i of the chunk at c0 after J, 0 for the others: with exp(Q_J) on the rows of J, the
     pair (i, j) decays by the product of the two."""
     b_wL = tl.zeros([BT, BM], dtype=tl.float32)
     if i_s < BT // BC - 1:
-        keep = (tl.arange(0, BT) // BC > i_s)[:, None]
-        b_from = exp_nonpos(tl.where(keep, prefix_from_rows(P, base_m, c0, T, H, M, BT, BC, BM, 0, i_s),
-                                     0.0))
-        b_wL = tl.where(keep, load_rows(w, base_m, c0, T, H, M, BT, BM, 0) * w_scale * b_from, 0.0)
+        t_after = (i_s + 1) * BC
+        b_g = load_chunk_rows(g, base_m, c0, t_after, BT, T, H, M, BT, BM, 0)
+        b_from = exp_nonpos(gates_from(b_g, t_after, 0, BT, BT, False, FP32_DOT,
+                                       g.dtype.element_ty))
+        b_wL = load_chunk_rows(w, base_m, c0, t_after, BT, T, H, M, BT, BM, 0) * (w_scale * b_from)
     return b_wL
 
 
@@ -138,17 +142,16 @@ def _diag_weights(w, b_s, b_g, BC: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT:
 
 
 @triton.jit
-def _readout(x, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
+def _readout(x, y, s, g, b_own, b_in, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
              D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr,
              BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
              OPERAND_DTYPE: tl.constexpr):
     """(r', r_ii, sE) [BC, BM] for the rows i of sub-chunk I = i_s of the chunk at c0:
     r'_i = exp(P_i + pre) (S x_i^T) + sum_{j < i} (x_i . y_j) s_j w_ij, and the gate-free pair
-    r_ii = (x_i . y_i) s_i, and sE = `_earlier_keys` of I (for `_mix`). x, y [B, T, H, D] and
-    S = states[index] [M, D], entering the chunk, read in column blocks of BD; the pairs with
-    earlier sub-chunks as one product over the chunk's rows."""
+    r_ii = (x_i . y_i) s_i, and sE = `_earlier_keys` of I (for `_mix`). (b_own, b_in): I's
+    `_entering_gate`. x, y [B, T, H, D] and S = states[index] [M, D], entering the chunk, read in
+    column blocks of BD; the pairs with earlier sub-chunks as one product over the chunk's rows."""
     t_i = c0 + i_s * BC
-    b_P, b_in = _entering_gate(P, base_m, c0, i_s, T, H, M, BC, BM)
     b_r = tl.zeros([BC, BM], dtype=tl.float32)
     b_A = tl.zeros([BC, BC], dtype=tl.float32)
     b_Ac = tl.zeros([BC, BT], dtype=tl.float32)
@@ -162,9 +165,9 @@ def _readout(x, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.co
             b_Ac += mma(b_x, tl.trans(load_rows(y, base, c0, T, H, D, BT, BD, i_d)), FP32_DOT,
                         OPERAND_DTYPE)
     b_r *= b_in
-    b_sE = _earlier_keys(s, P, Q, base_m, c0, i_s, T, H, M, BT, BC, BM)
+    b_sE = _earlier_keys(s, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
     if i_s > 0:
-        b_r += exp_nonpos(b_P) * mma(b_Ac, b_sE, FP32_DOT, OPERAND_DTYPE)
+        b_r += b_own * mma(b_Ac, b_sE, FP32_DOT, OPERAND_DTYPE)
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
     b_g = load_rows(g, base_m, t_i, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
@@ -175,23 +178,22 @@ def _readout(x, y, s, g, P, Q, states, index, base, base_m, c0, i_s, T, H: tl.co
 
 
 @triton.jit
-def _mix(w, y, s, g, P, Q, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
+def _mix(w, y, s, g, b_own, b_in, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
          D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr,
          BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
          OPERAND_DTYPE: tl.constexpr):
     """[BC, BW] (w_I * exp(P_I + pre)) S + sum_{j <= i} C_ij y_j, with C_ij = sum_m w_im s_jm w_ijm,
-    for the rows of sub-chunk I = i_s of the chunk at c0. w [BC, BM]; b_sE: `_earlier_keys` of I
-    or None (computed here); S = states[index] [M, D], entering the chunk, read whole (column
-    blocks, which recompute C, measured slower); the pairs with earlier sub-chunks as one product
-    over the chunk's rows."""
+    for the rows of sub-chunk I = i_s of the chunk at c0. w [BC, BM]; (b_own, b_in): I's
+    `_entering_gate`; b_sE: `_earlier_keys` of I or None (computed here); S = states[index]
+    [M, D], entering the chunk, read whole (column blocks, which recompute C, measured slower);
+    the pairs with earlier sub-chunks as one product over the chunk's rows."""
     t_i = c0 + i_s * BC
-    b_P, b_in = _entering_gate(P, base_m, c0, i_s, T, H, M, BC, BM)
     b_r = mma(w * b_in, load_state(states, index, M, D, BM, BW, 0, 0, False), FP32_DOT,
               OPERAND_DTYPE)
     if b_sE is None:
-        b_sE = _earlier_keys(s, P, Q, base_m, c0, i_s, T, H, M, BT, BC, BM)
+        b_sE = _earlier_keys(s, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
     if i_s > 0:
-        b_C = mma(w * exp_nonpos(b_P), tl.trans(b_sE), FP32_DOT, OPERAND_DTYPE)
+        b_C = mma(w * b_own, tl.trans(b_sE), FP32_DOT, OPERAND_DTYPE)
         b_r += mma(b_C, load_rows(y, base, c0, T, H, D, BT, BW, 0), FP32_DOT, OPERAND_DTYPE)
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
     b_C = _diag_weights(w, b_s, load_rows(g, base_m, t_i, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
@@ -200,7 +202,7 @@ def _mix(w, y, s, g, P, Q, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, zm, o, scale, T, NT, H: tl.constexpr,
+def _fwd_kernel(q, k, v, s, g, states_k, states_v, p, zm, o, scale, T, NT, H: tl.constexpr,
                 K: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                 BK: tl.constexpr, BVW: tl.constexpr, BM: tl.constexpr,
                 LEVELS: tl.constexpr, STORE_ZM: tl.constexpr, FP32_DOT: tl.constexpr,
@@ -210,8 +212,9 @@ def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, zm, o, scale, T, NT,
     of hk^T and of the scores q k^T; BVW: the whole (power-of-two) V."""
     row, i_s, c0, t_i, index = _sub_chunk(T, NT, H, BT, BC)
     base_k, base_v, base_m = row * K, row * V, row * M
-    b_z, b_zd, b_sE = _readout(q, k, s, g, P, Q, states_k, index, base_k, base_m, c0, i_s, T, H, K, M,
-                               BT, BC, BK, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_own, b_in = _entering_gate(g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
+    b_z, b_zd, b_sE = _readout(q, k, s, g, b_own, b_in, states_k, index, base_k, base_m, c0, i_s, T,
+                               H, K, M, BT, BC, BK, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     if STORE_ZM:
         store_rows(zm, b_z * scale, base_m, t_i, T, H, M, BC, BM, 0)
     m_m = tl.arange(0, BM) < M
@@ -219,13 +222,13 @@ def _fwd_kernel(q, k, v, s, g, P, Q, states_k, states_v, p, zm, o, scale, T, NT,
     b_e = tl.exp(b_z - tl.max(b_z, axis=1)[:, None])
     b_p = b_e / tl.sum(b_e, axis=1)[:, None]
     store_rows(p, b_p, base_m, t_i, T, H, M, BC, BM, 0)
-    b_o = _mix(b_p, v, s, g, P, Q, b_sE, states_v, index, base_v, base_m, c0, i_s, T, H, V, M, BT, BC, BVW,
-               BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_o = _mix(b_p, v, s, g, b_own, b_in, b_sE, states_v, index, base_v, base_m, c0, i_s, T, H, V, M,
+               BT, BC, BVW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     store_rows(o, b_o, base_v, t_i, T, H, V, BC, BVW, 0)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_dz_kernel(v, s, g, P, Q, p, zm, do, states_v, dz, y, T, NT, H: tl.constexpr,
+def _bwd_dz_kernel(v, s, g, p, zm, do, states_v, dz, y, T, NT, H: tl.constexpr,
                    V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                    BV: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
                    NEED_DG: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
@@ -234,8 +237,9 @@ def _bwd_dz_kernel(v, s, g, P, Q, p, zm, do, states_v, dz, y, T, NT, H: tl.const
     of the state and the scores."""
     row, i_s, c0, t_i, index = _sub_chunk(T, NT, H, BT, BC)
     base_v, base_m = row * V, row * M
-    b_dpm, b_dpd, _ = _readout(do, v, s, g, P, Q, states_v, index, base_v, base_m, c0, i_s, T, H, V, M,
-                               BT, BC, BV, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_own, b_in = _entering_gate(g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
+    b_dpm, b_dpd, _ = _readout(do, v, s, g, b_own, b_in, states_v, index, base_v, base_m, c0, i_s,
+                               T, H, V, M, BT, BC, BV, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     b_p = load_rows(p, base_m, t_i, T, H, M, BC, BM, 0)
     b_dp = b_dpm + b_dpd
     b_dz = b_p * (b_dp - tl.sum(b_p * b_dp, axis=1)[:, None])
@@ -258,7 +262,7 @@ def _state_inner(states, dh, index, M: tl.constexpr, D: tl.constexpr, BM: tl.con
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_dq_kernel(k, s, g, P, Q, dz, states_k, dq, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+def _bwd_dq_kernel(k, s, g, dz, states_k, dq, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                    M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BKW: tl.constexpr,
                    BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
                    OPERAND_DTYPE: tl.constexpr):
@@ -267,13 +271,14 @@ def _bwd_dq_kernel(k, s, g, P, Q, dz, states_k, dq, scale, T, NT, H: tl.constexp
     row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
     base_k, base_m = row * K, row * M
     b_dz = load_rows(dz, base_m, t0, T, H, M, BC, BM, 0) * scale
-    b_dq = _mix(b_dz, k, s, g, P, Q, None, states_k, index, base_k, base_m, c0, i_s, T, H, K, M, BT, BC,
-                BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_own, b_in = _entering_gate(g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
+    b_dq = _mix(b_dz, k, s, g, b_own, b_in, None, states_k, index, base_k, base_m, c0, i_s, T, H, K,
+                M, BT, BC, BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     store_rows(dq, b_dq, base_k, t0, T, H, K, BC, BKW, 0)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "first"])
-def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts, w_scale, first, T, NT,
+def _bwd_keys_kernel(x, w, y, s, g, states, dh, dy, ds_acc, ds, dsm, parts, w_scale, first, T, NT,
                      H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
                      BC: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,
                      LEVELS: tl.constexpr, NEED_DG: tl.constexpr,
@@ -294,14 +299,16 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
     base, base_m = row * D, row * M
     b_w = load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale
     b_s = load_rows(s, base_m, t0, T, H, M, BC, BM, 0)
-    b_Q = load_suffix(Q, base_m, t0, T, H, M, BC, BM, 0)
-    b_out = exp_nonpos(b_Q + between_total(P, base_m, c0, T, H, M, BC, BM, 0, i_s + 1, NC)[None, :])
+    # the gates after each row of J: to the chunk's end (out) and to J's end (eQ)
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
+    b_gc = load_chunk_rows(g, base_m, c0, i_s * BC, BT, T, H, M, BT, BM, 0)
+    b_out = exp_nonpos(gates_after(b_gc, i_s * BC, BT, BT, BC, FP32_DOT, GATE_DTYPE))
+    b_eQ = exp_nonpos(gates_after(b_gc, i_s * BC, (i_s + 1) * BC, BT, BC, FP32_DOT, GATE_DTYPE))
     b_sO = b_s * b_out
     b_C = _diag_weights(b_w, b_s, load_rows(g, base_m, t0, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
                         OPERAND_DTYPE, g.dtype.element_ty)
     # the pairs (i, j) with i in a later sub-chunk: products over the chunk's rows i
-    b_wL = _later_weights(w, w_scale, P, base_m, c0, i_s, T, H, M, BT, BC, BM)
-    b_eQ = exp_nonpos(b_Q)
+    b_wL = _later_weights(w, w_scale, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
     b_CL = mma(b_wL, tl.trans(b_s * b_eQ), FP32_DOT, OPERAND_DTYPE)
     b_leave = tl.zeros([BC, BM], dtype=tl.float32)
     b_A = tl.zeros([BC, BC], dtype=tl.float32)
@@ -340,7 +347,7 @@ def _bwd_keys_kernel(x, w, y, s, g, P, Q, states, dh, dy, ds_acc, ds, dsm, parts
         # boundary' = exp(total) <S_c, dS_leaving> + sum_{u < L} s_u (u's path into S_leaving)
         b_bound = tl.sum(b_s * b_leave, axis=0)
         if i_s == 0:
-            b_tot = between_total(P, base_m, c0, T, H, M, BC, BM, 0, 0, NC)
+            b_tot = tl.sum(load_rows(g, base_m, c0, T, H, M, BT, BM, 0), axis=0)
             b_bound += exp_nonpos(b_tot) * _state_inner(states, dh, index, M, D, BM, BD)
         o_m = tl.arange(0, BM)
         p_parts = parts + (index * NC + i_s) * M + o_m
@@ -396,28 +403,26 @@ def _states(L, q, k, v, s, g, hk0, hv0):
     return states_k, states_v
 
 
-def _forward(L, q, k, v, s, g, gates, scale, hk0, hv0, store_zm):
+def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm):
     """(o, p [B, T, H, M] float32, z' [B, T, H, M] float32 or None, final hk^T, final hv)."""
     (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, g, hk0, hv0)
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
     zm = torch.empty_like(p) if store_zm else None
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _fwd_kernel[(L.NS, L.B * L.H)](q, k, v, s, g, *gates, states_k, states_v, p, zm, o, scale, L.T,
+    _fwd_kernel[(L.NS, L.B * L.H)](q, k, v, s, g, states_k, states_v, p, zm, o, scale, L.T,
                                    L.NT, STORE_ZM=store_zm,
                                    **L.kw("fwd", K=L.K, V=L.V, BK=L.block("fwd", L.K), BVW=L.BVW))
     return o, p, zm, final_k, final_v
 
 
 class ChunkGSAFunction(torch.autograd.Function):
-    """Autograd wrapper: saves the inputs, p and (for dg) z'; backward recomputes the gate sums
-    and the states."""
+    """Autograd wrapper: saves the inputs, p and (for dg) z'; backward recomputes the states."""
 
     @staticmethod
     def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         L = _Launch(q, v, s)
-        gates = block_gate_sums(g, BC)
-        o, p, zm, final_k, final_v = _forward(L, q, k, v, s, g, gates, scale, hk0, hv0,
+        o, p, zm, final_k, final_v = _forward(L, q, k, v, s, g, scale, hk0, hv0,
                                               store_zm=ctx.needs_input_grad[4])
         hkt = hvt = None
         if output_final_state:
@@ -437,7 +442,6 @@ class ChunkGSAFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
-        gates = block_gate_sums(g, BC)
         (states_k, _), (states_v, _) = _states(L, q, k, v, s, g, hk0, hv0)
         dots = dict(fp32_dot=L.fp32_dot, operand_dtype=L.operand_dtype)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
@@ -446,14 +450,14 @@ class ChunkGSAFunction(torch.autograd.Function):
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         grid = (L.NS, L.B * L.H)
-        _bwd_dz_kernel[grid](v, s, g, *gates, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
+        _bwd_dz_kernel[grid](v, s, g, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
                              **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
                                  need_dh0=use_h0, **dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
-        _bwd_dq_kernel[grid](k, s, g, *gates, dz, states_k, dq, scale, L.T, L.NT,
+        _bwd_dq_kernel[grid](k, s, g, dz, states_k, dq, scale, L.T, L.NT,
                              **L.kw("dq", K=L.K, BKW=L.block("dq", L.K)))
         ds_acc = torch.empty_like(dz)
         dsm = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
@@ -461,7 +465,7 @@ class ChunkGSAFunction(torch.autograd.Function):
         parts = torch.zeros(L.B, L.H, L.NT * NC, L.M, **f32) if need_g else None
         for x, w, w_scale, b, states, dh, db, first in ((q, dz, scale, k, states_k, dhk, dk, True),
                                                          (do, p, 1.0, v, states_v, dhv, dv, False)):
-            _bwd_keys_kernel[grid](x, w, b, s, g, *gates, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
+            _bwd_keys_kernel[grid](x, w, b, s, g, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
                                    int(first), L.T, L.NT, NEED_DG=need_g,
                                    **L.kw("keys", D=x.shape[-1], BD=L.block("keys", x.shape[-1])))
         dg = None
