@@ -45,6 +45,7 @@ from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import (gather_rows, load_chunk_rows, load_rows, load_rows_t,
                                           load_state, store_rows)
 from fla_kernels.utils import store_dtype
+from fla_kernels.ops.common.launch import launch
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
@@ -417,7 +418,7 @@ def _intra_scores(L, q, k, g, u):
     anyway, so o and dv are the same to the bit with half the traffic (`store_dtype`)."""
     A = torch.empty(L.B, L.H, L.T, BT, dtype=store_dtype(q.dtype), device=q.device)
     NC = BT // BC
-    _intra_A_kernel[(NC + NC * (NC - 1) // 2, L.NT, L.B * L.H)](
+    launch(_intra_A_kernel, (NC + NC * (NC - 1) // 2, L.NT, L.B * L.H),
         q, k, g, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
         READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], LEVELS=LEVELS, **L.dots)
     return A
@@ -447,7 +448,7 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     states, final = _states(L, k, v, g, initial_state, state_dtype=store_dtype(q.dtype))
     A = _intra_scores(L, q, k, g, u)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _fwd_o_kernel[(L.NV, L.NT, L.B * L.H)](
+    launch(_fwd_o_kernel, (L.NV, L.NT, L.B * L.H),
         q, v, g, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK,
         BV=L.BV, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     return o.to(v.dtype), final, A
@@ -468,23 +469,23 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     if A is None:
         A = _intra_scores(L, q, k, g, u)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)
-    _bwd_dA_kernel[(L.NT, L.B * L.H)](do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
+    launch(_bwd_dA_kernel, (L.NT, L.B * L.H), do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _bwd_dv_kernel[grid_v](k, g, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
-                           BT=BT, BK=L.BK_DV, BV=L.BV, **TWO_STAGES, **L.dots)
+    launch(_bwd_dv_kernel, grid_v, k, g, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
+           BT=BT, BK=L.BK_DV, BV=L.BV, **TWO_STAGES, **L.dots)
     dqs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=q.device)
     dks = torch.empty_like(dqs)
     boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)
     dk_last = torch.empty_like(boundary)
     dq_first = torch.empty_like(boundary) if L.reads_previous else dk_last
-    BK, BV, launch = tuned_blocks(L.K, L.V, INTER_BWD)
-    _bwd_inter_kernel[(triton.cdiv(L.K, BK), L.NT, L.B * L.H)](
+    BK, BV, options = tuned_blocks(L.K, L.V, INTER_BWD)
+    launch(_bwd_inter_kernel, (triton.cdiv(L.K, BK), L.NT, L.B * L.H),
         k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale, L.T, L.NT, L.H,
-        L.K, L.V, BT=BT, BK=BK, BV=BV, READS_PREVIOUS=L.reads_previous, **launch, **L.dots)
+        L.K, L.V, BT=BT, BK=BK, BV=BV, READS_PREVIOUS=L.reads_previous, **options, **L.dots)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
     du_part = (torch.empty(L.B, L.NT * (BT // BC), L.H, L.K, dtype=torch.float32, device=q.device)
                if L.reads_previous else boundary)
-    _bwd_intra_kernel[(triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H)](
+    launch(_bwd_intra_kernel, (triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H),
         q, k, g, q if u is None else u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, L.T,
         L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK_BWD, READS_PREVIOUS=L.reads_previous,
         num_warps=INTRA_BWD["num_warps"], LEVELS=LEVELS, **L.dots)

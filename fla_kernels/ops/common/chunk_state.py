@@ -48,6 +48,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.tiles import load_rows
+from fla_kernels.ops.common.launch import launch
 
 
 def block_size(n: int, cap: int = 64) -> int:
@@ -59,8 +60,8 @@ def tuned_blocks(K: int, V: int, tuning: dict | None) -> tuple[int, int, dict]:
     """(BK, BV, launch keywords) of a kernel from its tuning entry: the block caps "BK" and "BV"
     (64 when absent) and, where given, "num_warps" and "num_stages"."""
     t = tuning or {}
-    launch = {name: t[name] for name in ("num_warps", "num_stages") if name in t}
-    return block_size(K, cap=t.get("BK", 64)), block_size(V, cap=t.get("BV", 64)), launch
+    options = {name: t[name] for name in ("num_warps", "num_stages") if name in t}
+    return block_size(K, cap=t.get("BK", 64)), block_size(V, cap=t.get("BV", 64)), options
 
 
 @triton.jit
@@ -103,7 +104,7 @@ def block_gate_sums(g: torch.Tensor, block: int):
     Q = torch.empty_like(P)
     BK = block_size(K)
     grid = (triton.cdiv(K, BK), triton.cdiv(T, block), B * H)
-    _block_gate_sums_kernel[grid](g, P, Q, T, H, K, GS=block, BK=BK)
+    launch(_block_gate_sums_kernel, grid, g, P, Q, T, H, K, GS=block, BK=BK)
     return P, Q
 
 
@@ -353,13 +354,13 @@ def chunk_fwd_h(k, v, g, initial_state, chunk_size, fp32_dot, operand_dtype,
     NT = triton.cdiv(T, chunk_size)
     states = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=k.device)
     final = torch.empty(B, H, K, V, dtype=torch.float32, device=k.device)
-    BK, BV, launch = tuned_blocks(K, V, tuning)
+    BK, BV, options = tuned_blocks(K, V, tuning)
     g, use_g, scalar_gate = _gate_args(g, k)
     grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
-    _chunk_fwd_h_kernel[grid](
+    launch(_chunk_fwd_h_kernel, grid,
         k, v, g, k if initial_state is None else initial_state, states, final, T, NT, H, K, V,
         BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
-        USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **launch)
+        USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **options)
     return states, final
 
 
@@ -424,12 +425,12 @@ def chunk_bwd_dh(q, g, do, dht, scale, chunk_size, q_gate_exclusive, need_dh0,
     NT = triton.cdiv(T, chunk_size)
     dh = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=q.device)
     dh0 = torch.empty(B, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
-    BK, BV, launch = tuned_blocks(K, V, tuning)
+    BK, BV, options = tuned_blocks(K, V, tuning)
     g, use_g, scalar_gate = _gate_args(g, q)
     grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
-    _chunk_bwd_dh_kernel[grid](
+    launch(_chunk_bwd_dh_kernel, grid,
         q, g, do, q if dht is None else dht, dh, q if dh0 is None else dh0, scale, T, NT,
         H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
         Q_GATE_EXCLUSIVE=q_gate_exclusive, USE_DHT=dht is not None, STORE_DH0=need_dh0,
-        FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **launch)
+        FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **options)
     return dh, dh0

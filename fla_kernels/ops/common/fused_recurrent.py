@@ -52,6 +52,7 @@ import triton.language as tl
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.utils import store_dtype
+from fla_kernels.ops.common.launch import compiles_ahead, launch
 
 CHUNK = 64  # tokens per chunk of the gate-gradient sums
 
@@ -307,6 +308,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
     """
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, g, u, scale, initial_state, output_final_state):
         q, k, v = (x.contiguous() for x in (q, k, v))
         g, u = (None if x is None else x.contiguous() for x in (g, u))
@@ -317,7 +319,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
         gate = gate_mode(g)
         o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
         ht = torch.empty(B, H, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
-        _fwd_kernel[(NV, B * H)](
+        launch(_fwd_kernel, (NV, B * H),
             q, k, v, g, u, h0, o, ht, scale, T, H=H, K=K, V=V, BK=BK, BV=BV, GATE=gate,
             READS_PREVIOUS=u is not None, USE_H0=h0 is not None, STORE_HT=output_final_state,
             num_warps=num_warps)
@@ -329,6 +331,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
         return o.to(v.dtype), ht
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, u, h0 = ctx.saved_tensors
         need_q, need_k, need_v, need_g, need_u, _, need_h0, _ = ctx.needs_input_grad
@@ -350,8 +353,8 @@ class FusedRecurrentFunction(torch.autograd.Function):
         if need_q or need_g:
             dq = torch.empty(NV, B, T, H, K, **f32)
             dqs = torch.empty(NV, B, T, H, K, **f32) if need_g else dq  # dq: a never-written stand-in
-            _bwd_dq_kernel[(NV, B * H)](k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
-                                        USE_H0=h0 is not None, **modes)
+            launch(_bwd_dq_kernel, (NV, B * H), k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
+                   USE_H0=h0 is not None, **modes)
         if need_k or need_v or need_g or need_u or need_h0:
             dk = torch.empty(NV, B, T, H, K, **f32)
             dks = torch.empty(NV, B, T, H, K, **f32) if need_g else dk  # dk: a never-written stand-in
@@ -359,9 +362,9 @@ class FusedRecurrentFunction(torch.autograd.Function):
             du = torch.empty(NV, B, H, NT, K, **f32) if reads_previous else None
             dh0 = torch.empty(B, H, K, V, **f32) if need_h0 else None
             bound = torch.empty(NV, B, H, NT, K, **f32) if need_g else None
-            _bwd_dkv_kernel[(NV, B * H)](q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
-                                         scale, T, NT, B, USE_DHT=dht is not None,
-                                         STORE_DH0=need_h0, **modes)
+            launch(_bwd_dkv_kernel, (NV, B * H), q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
+                   scale, T, NT, B, USE_DHT=dht is not None,
+                   STORE_DH0=need_h0, **modes)
             if need_g:
                 per_channel = gate == GATE_CHANNEL
                 dg = chunk_gate_grad(q, sum_parts(dqs, torch.float32), k, sum_parts(dks, torch.float32),

@@ -21,6 +21,7 @@ both sides, which keeps dw precise when strong decay makes it tiny.
 import torch
 import triton
 import triton.language as tl
+from fla_kernels.ops.common.launch import launch
 
 
 # widest K-block of a program: the whole K = 128 in one [64, 128] tile took 255 registers
@@ -65,7 +66,7 @@ def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dty
     assert boundary.shape == (B, H, NT, K), boundary.shape
     dw = torch.empty(B, T, H, K, dtype=out_dtype, device=q.device)
     BK = min(max(16, triton.next_power_of_2(K)), BLOCK_K)
-    _chunk_gate_grad_kernel[(triton.cdiv(K, BK), NT, B * H)](
+    launch(_chunk_gate_grad_kernel, (triton.cdiv(K, BK), NT, B * H),
         q, dq, k, dk, boundary.contiguous(), dw, T, H, K, NT, BT=chunk_size, BK=BK,
         Q_READS_CURRENT=q_reads_current)
     return dw

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.utils import store_dtype
+from fla_kernels.ops.common.launch import launch
 
 BLOCK = 2048
 
@@ -34,5 +35,5 @@ def sum_parts(parts: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     parts = parts.contiguous()
     out = torch.empty(parts.shape[1:], dtype=store_dtype(dtype), device=parts.device)
     n = out.numel()
-    _sum_parts_kernel[(triton.cdiv(n, BLOCK),)](parts, out, n, NP=parts.shape[0], BLOCK=BLOCK)
+    launch(_sum_parts_kernel, (triton.cdiv(n, BLOCK),), parts, out, n, NP=parts.shape[0], BLOCK=BLOCK)
     return out.to(dtype)

@@ -21,12 +21,14 @@ import torch
 
 from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
 from fla_kernels.utils import check_inputs
+from fla_kernels.ops.common.launch import compiles_ahead
 
 
 class ChunkGLAFunction(torch.autograd.Function):
     """Autograd wrapper: saves the inputs and the intra-chunk scores; backward recomputes states."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, final_state, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
         final_state = final_state if output_final_state else None
@@ -36,6 +38,7 @@ class ChunkGLAFunction(torch.autograd.Function):
         return o, final_state
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, initial_state, A = ctx.saved_tensors
         if do is None:

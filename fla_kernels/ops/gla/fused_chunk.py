@@ -51,6 +51,7 @@ from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
 from fla_kernels.utils import store_dtype
+from fla_kernels.ops.common.launch import compiles_ahead, launch
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
@@ -277,9 +278,9 @@ def _forward(q, k, v, g, scale, initial_state, output_final_state):
     P, Q = block_gate_sums(g, BT)
     o = _parts(L.NK, v)
     ht = torch.empty(L.B, L.H, L.K, L.V, dtype=torch.float32, device=q.device) if output_final_state else None
-    _fused_fwd_kernel[L.grid](q, k, v, P, Q, q if initial_state is None else initial_state, o,
-                              q if ht is None else ht, scale, L.T, L.NT, L.H, L.K, L.V, **L.sizes,
-                              USE_H0=initial_state is not None, STORE_HT=ht is not None, **L.dots)
+    launch(_fused_fwd_kernel, L.grid, q, k, v, P, Q, q if initial_state is None else initial_state, o,
+           q if ht is None else ht, scale, L.T, L.NT, L.H, L.K, L.V, **L.sizes,
+           USE_H0=initial_state is not None, STORE_HT=ht is not None, **L.dots)
     return sum_parts(o, v.dtype), ht
 
 
@@ -294,17 +295,17 @@ def _backward(q, k, v, g, scale, initial_state, do, dht):
     boundary = torch.empty(L.NV, L.B, L.H, NB, L.K, dtype=torch.float32, device=q.device)
     dqs = torch.empty(L.NV, *q.shape, dtype=torch.float32, device=q.device)
     dq = _parts(L.NV, q)
-    _fused_bwd_dq_kernel[L.grid](q, k, v, P, Q, h0, do, q if dht is None else dht, dqs, dq, states,
-                                 boundary, scale, L.T, L.NT, NB, L.H, L.K, L.V, STEPS=STEPS,
-                                 USE_H0=initial_state is not None, **flags)
+    launch(_fused_bwd_dq_kernel, L.grid, q, k, v, P, Q, h0, do, q if dht is None else dht, dqs, dq, states,
+           boundary, scale, L.T, L.NT, NB, L.H, L.K, L.V, STEPS=STEPS,
+           USE_H0=initial_state is not None, **flags)
     dks = torch.empty(L.NV, *k.shape, dtype=torch.float32, device=q.device)
     dk = _parts(L.NV, k)
     dv = _parts(L.NK, v)
     dh0 = (torch.empty(L.B, L.H, L.K, L.V, dtype=torch.float32, device=q.device)
            if initial_state is not None else None)
-    _fused_bwd_dkv_kernel[L.grid](q, k, v, P, Q, do, q if dht is None else dht, states, boundary,
-                                  dks, dk, dv, q if dh0 is None else dh0, scale, L.T, L.NT, NB,
-                                  L.H, L.K, L.V, STEPS=STEPS, STORE_DH0=dh0 is not None, **flags)
+    launch(_fused_bwd_dkv_kernel, L.grid, q, k, v, P, Q, do, q if dht is None else dht, states, boundary,
+           dks, dk, dv, q if dh0 is None else dh0, scale, L.T, L.NT, NB,
+           L.H, L.K, L.V, STEPS=STEPS, STORE_DH0=dh0 is not None, **flags)
     dqs, dks = sum_parts(dqs, torch.float32), sum_parts(dks, torch.float32)
     dg = chunk_gate_grad(q, dqs, k, dks, boundary.sum(0), GATE_GRAD_BT, q_reads_current=True,
                          out_dtype=store_dtype(g.dtype))
@@ -315,6 +316,7 @@ class FusedChunkGLAFunction(torch.autograd.Function):
     """Autograd wrapper: saves only the inputs; the backward walks recompute the states."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, ht = _forward(q, k, v, g, scale, initial_state, output_final_state)
         ctx.save_for_backward(q, k, v, g, initial_state)
@@ -323,6 +325,7 @@ class FusedChunkGLAFunction(torch.autograd.Function):
         return o, ht
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, initial_state = ctx.saved_tensors
         do = torch.zeros_like(v) if do is None else do.contiguous()

@@ -49,6 +49,7 @@ from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
 from fla_kernels.utils import store_dtype
+from fla_kernels.ops.common.launch import compiles_ahead, launch
 
 BT = 64  # tokens per chunk: the states are stored at chunk starts
 BC = 16  # tokens per sub-chunk (one gate block), one program each
@@ -409,9 +410,9 @@ def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm):
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
     zm = torch.empty_like(p) if store_zm else None
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    _fwd_kernel[(L.NS, L.B * L.H)](q, k, v, s, g, states_k, states_v, p, zm, o, scale, L.T,
-                                   L.NT, STORE_ZM=store_zm,
-                                   **L.kw("fwd", K=L.K, V=L.V, BK=L.block("fwd", L.K), BVW=L.BVW))
+    launch(_fwd_kernel, (L.NS, L.B * L.H), q, k, v, s, g, states_k, states_v, p, zm, o, scale, L.T,
+           L.NT, STORE_ZM=store_zm,
+           **L.kw("fwd", K=L.K, V=L.V, BK=L.block("fwd", L.K), BVW=L.BVW))
     return o, p, zm, final_k, final_v
 
 
@@ -419,6 +420,7 @@ class ChunkGSAFunction(torch.autograd.Function):
     """Autograd wrapper: saves the inputs, p and (for dg) z'; backward recomputes the states."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         L = _Launch(q, v, s)
@@ -434,6 +436,7 @@ class ChunkGSAFunction(torch.autograd.Function):
         return o.to(v.dtype), hkt, hvt
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dhkt, dhvt):
         q, k, v, s, g, p, zm, hk0, hv0 = ctx.saved_tensors
         need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
@@ -450,24 +453,24 @@ class ChunkGSAFunction(torch.autograd.Function):
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         grid = (L.NS, L.B * L.H)
-        _bwd_dz_kernel[grid](v, s, g, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
-                             **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
+        launch(_bwd_dz_kernel, grid, v, s, g, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
+               **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
                                  need_dh0=use_h0, **dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
-        _bwd_dq_kernel[grid](k, s, g, dz, states_k, dq, scale, L.T, L.NT,
-                             **L.kw("dq", K=L.K, BKW=L.block("dq", L.K)))
+        launch(_bwd_dq_kernel, grid, k, s, g, dz, states_k, dq, scale, L.T, L.NT,
+               **L.kw("dq", K=L.K, BKW=L.block("dq", L.K)))
         ds_acc = torch.empty_like(dz)
         dsm = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         # one part of boundary' per sub-chunk, summed per chunk below (no atomics: deterministic)
         parts = torch.zeros(L.B, L.H, L.NT * NC, L.M, **f32) if need_g else None
         for x, w, w_scale, b, states, dh, db, first in ((q, dz, scale, k, states_k, dhk, dk, True),
                                                          (do, p, 1.0, v, states_v, dhv, dv, False)):
-            _bwd_keys_kernel[grid](x, w, b, s, g, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
-                                   int(first), L.T, L.NT, NEED_DG=need_g,
-                                   **L.kw("keys", D=x.shape[-1], BD=L.block("keys", x.shape[-1])))
+            launch(_bwd_keys_kernel, grid, x, w, b, s, g, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
+                   int(first), L.T, L.NT, NEED_DG=need_g,
+                   **L.kw("keys", D=x.shape[-1], BD=L.block("keys", x.shape[-1])))
         dg = None
         if need_g:
             bound = parts.view(L.B, L.H, L.NT, NC, L.M).sum(3)

@@ -40,6 +40,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common import chunk_gate_grad
 from fla_kernels.utils import check_inputs, store_dtype
+from fla_kernels.ops.common.launch import compiles_ahead, launch
 
 CHUNK = 64  # tokens per chunk of the dg sums
 
@@ -274,6 +275,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
     """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         h0 = None if hk0 is None else tuple(x.to(torch.float32).contiguous() for x in (hk0, hv0))
@@ -286,7 +288,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         hkt = torch.empty(B, H, K, M, **f32) if output_final_state else None
         hvt = torch.empty(B, H, M, V, **f32) if output_final_state else None
-        _fwd_kernel[(NV, B * H)](
+        launch(_fwd_kernel, (NV, B * H),
             q, k, v, s, g, *(h0 or (None, None)), o, hkt, hvt, scale, T, H=H, K=K, V=V, M=M,
             BK=BK, BV=BV, BM=BM, USE_H0=h0 is not None, STORE_HT=output_final_state,
             num_warps=_warps(BK * BM, BM * BV))
@@ -297,6 +299,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         return o.to(v.dtype), hkt, hvt
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dhkt, dhvt):
         q, k, v, s, g, hk0, hv0 = ctx.saved_tensors
         need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
@@ -319,7 +322,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         y = torch.empty_like(p) if need_g else p          # p: a never-written stand-in
         stk = torch.empty(B, H, NT, K, M, **f32) if need_g else None
         stv = torch.empty(B, H, NT, M, V, **f32) if need_g else None
-        _bwd_fwd_kernel[(B * H,)](
+        launch(_bwd_fwd_kernel, (B * H,),
             q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, T, NT, H=H, K=K, V=V, M=M,
             BT=CHUNK, BK=BK, BV=BV, BM=BM, USE_H0=use_h0, NEED_DG=need_g, num_warps=num_warps)
 
@@ -330,7 +333,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         bound = torch.empty(B, H, NT, M, **f32) if need_g else None
         dhk0 = torch.empty(B, H, K, M, **f32) if need_h0 else None
         dhv0 = torch.empty(B, H, M, V, **f32) if need_h0 else None
-        _bwd_rev_kernel[(B * H,)](
+        launch(_bwd_rev_kernel, (B * H,),
             q, k, v, s, g, do, p, dz, dhkt, dhvt, stk, stv, dk, dv, ds, dsm, bound, dhk0, dhv0,
             scale, T, NT, H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
             USE_DHKT=dhkt is not None, USE_DHVT=dhvt is not None, STORE_DH0=need_h0,

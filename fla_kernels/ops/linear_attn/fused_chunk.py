@@ -31,6 +31,7 @@ from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
 from fla_kernels.ops.simple_gla.chunk import prepare
 from fla_kernels.utils import store_dtype
+from fla_kernels.ops.common.launch import compiles_ahead, launch
 
 BT = 64  # tokens per chunk
 
@@ -155,13 +156,14 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
     """Autograd wrapper around the two fused kernels; saves only the inputs."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, scale, initial_state, output_final_state):
         L = _Launch(q, v)
         # one K-block writes o directly (in the output's store dtype); several write fp32 partials
         o = torch.empty(L.NK, *v.shape, dtype=store_dtype(v.dtype) if L.NK == 1 else torch.float32,
                         device=v.device)
         ht = torch.empty(L.B, L.H, L.K, L.V, dtype=torch.float32, device=v.device) if output_final_state else None
-        _fwd_kernel[L.grid](
+        launch(_fwd_kernel, L.grid,
             q, k, v, initial_state, o, ht, scale, L.T, L.NT, L.B, L.H, L.K, L.V, BT=BT, BK=L.BK,
             BV=L.BV, USE_H0=initial_state is not None, STORE_HT=output_final_state, num_warps=L.num_warps,
             **L.dots)
@@ -172,6 +174,7 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
         return sum_parts(o, v.dtype), ht
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, initial_state = ctx.saved_tensors
         L = _Launch(q, v)
@@ -183,7 +186,7 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
         dv = torch.empty(L.NK, *v.shape, **f32)
         need_h0 = initial_state is not None and ctx.needs_input_grad[4]
         dh0 = torch.empty(L.B, L.H, L.K, L.V, **f32) if need_h0 else None
-        _bwd_kernel[L.grid](
+        launch(_bwd_kernel, L.grid,
             q, k, v, do, initial_state, dht, dq, dk, dv, dh0, ctx.scale, L.T, L.NT, L.B, L.H, L.K, L.V,
             BT=BT, BK=L.BK, BV=L.BV, USE_H0=initial_state is not None, USE_DHT=dht is not None,
             STORE_DH0=need_h0, num_warps=L.num_warps, **L.dots)

@@ -15,6 +15,7 @@ import torch
 
 from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
 from fla_kernels.utils import check_inputs
+from fla_kernels.ops.common.launch import compiles_ahead
 
 
 def _forward(r, k, v, w, u, scale, initial_state):
@@ -31,6 +32,7 @@ class ChunkRWKV6Function(torch.autograd.Function):
     """Autograd wrapper: saves the inputs and the intra-chunk scores; backward recomputes states."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, r, k, v, w, u, scale, initial_state, output_final_state):
         o, final_state, A = _forward(r, k, v, w, u, scale, initial_state)
         final_state = final_state if output_final_state else None
@@ -40,6 +42,7 @@ class ChunkRWKV6Function(torch.autograd.Function):
         return o, final_state
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dht):
         r, k, v, w, u, initial_state, A = ctx.saved_tensors
         if do is None:

@@ -47,6 +47,7 @@ from fla_kernels.ops.common.dot import mma, product_settings
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
 from fla_kernels.utils import check_inputs, store_dtype
+from fla_kernels.ops.common.launch import compiles_ahead, launch
 
 BT = 64  # tokens per chunk
 
@@ -263,7 +264,7 @@ def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
     states, final = _states(L, k, v, g, initial_state, L.state_dtype)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("fwd_o")
-    _fwd_o_kernel[(NV, L.NT, L.B * L.H)](
+    launch(_fwd_o_kernel, (NV, L.NT, L.B * L.H),
         q, k, v, g, states, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, USE_G=g is not None,
         **L.operands(states), **kw)
     return o.to(v.dtype), final
@@ -280,14 +281,14 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
                            tuning=TUNING["bwd_dh"])
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("bwd_dv")
-    _bwd_dv_kernel[(NV, L.NT, L.B * L.H)](
+    launch(_bwd_dv_kernel, (NV, L.NT, L.B * L.H),
         q, k, g, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, USE_G=g is not None,
         **L.operands(dh), **kw)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
     NK, _, kw = L.blocks("bwd_dqkg")
     dg_part = (torch.empty(NK, L.B, L.T, L.H, dtype=torch.float32, device=q.device)
                if g is not None else None)
-    _bwd_dqkg_kernel[(NK, L.NT, L.B * L.H)](
+    launch(_bwd_dqkg_kernel, (NK, L.NT, L.B * L.H),
         q, k, v, g, do, states, dh, dq, dk, dg_part, scale, L.T, L.NT, L.B, L.H, L.K, L.V,
         BT=BT, USE_G=g is not None, **L.operands(states), **kw)
     dg = None if g is None else sum_parts(dg_part, g.dtype)
@@ -299,6 +300,7 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
     (its gradient is then None: the gradient tuple keeps its length)."""
 
     @staticmethod
+    @compiles_ahead
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, final_state = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state)
         final_state = final_state if output_final_state else None
@@ -309,6 +311,7 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
         return o, final_state
 
     @staticmethod
+    @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, initial_state = ctx.saved_tensors
         do = torch.zeros_like(v) if do is None else do.contiguous()

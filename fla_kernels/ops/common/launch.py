@@ -1,0 +1,109 @@
+"""Kernel launches, and first calls that compile all their kernels at once.
+
+Triton compiles a kernel when it is first launched, one kernel after another: a chunked backward
+of six to eight kernels spent 12-17 s compiling on the H100 host before its first result. A pass
+decorated with `compiles_ahead` runs, the first time it meets a configuration, once as a dry run in
+which every `launch` only hands its kernel to a pool of compiler threads (triton's AsyncCompileMode;
+the compiler releases the GIL for most of its work) and waits for them all; then it runs for real
+from the compiled kernels. The dry run never launches a kernel, and its outputs (uninitialised
+memory) are dropped: what the caller gets is always the real run. Anything the dry run raises is
+dropped too; the real run then compiles as before and raises what it raises.
+
+Not under the interpreter (nothing to compile), nor inside an AsyncCompileMode someone else opened.
+"""
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from torch.autograd.function import FunctionCtx
+
+from fla_kernels.utils import interpreting
+
+try:
+    from triton.runtime._async_compile import AsyncCompileMode, active_mode
+except ImportError:  # a triton without it compiles at each launch, as before
+    AsyncCompileMode = active_mode = None
+
+_COMPILE_ONLY = contextvars.ContextVar("fla_kernels_compile_only", default=False)
+_SEEN: set = set()
+_POOL: list = []
+
+
+def launch(kernel, grid, *args, **kwargs):
+    """kernel[grid](*args, **kwargs); inside a dry run of `compiles_ahead`, only compile it."""
+    if not _COMPILE_ONLY.get():
+        kernel[grid](*args, **kwargs)
+    elif not interpreting():
+        kernel.warmup(*args, grid=grid, **kwargs)
+
+
+def compile_ahead_available() -> bool:
+    """Whether a first call can compile its kernels at once here."""
+    return AsyncCompileMode is not None and not interpreting() and active_mode.get() is None
+
+
+def _describe(x):
+    """What of an argument can change the kernels a pass compiles: dtypes, ranks, the last
+    dimension (head sizes), flags and integers; not batch or length (never specialised on)."""
+    if isinstance(x, torch.Tensor):
+        return ("tensor", x.dtype, x.dim(), x.shape[-1] if x.dim() else None, x.device)
+    if isinstance(x, (tuple, list)):
+        return tuple(_describe(y) for y in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _describe(v)) for k, v in x.items()))
+    if x is None or isinstance(x, (bool, int, str, torch.dtype)):
+        return x
+    return type(x).__name__
+
+
+def _pool() -> ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1),
+                                        thread_name_prefix="fla_kernels-compile"))
+    return _POOL[0]
+
+
+def _dry_run(fn, args, kwargs):
+    """fn(*args, **kwargs) with every launch compiled in parallel and none run."""
+    token = _COMPILE_ONLY.set(True)
+    try:
+        with AsyncCompileMode(_pool()):
+            fn(*args, **kwargs)
+    except Exception:  # the real run meets the same problem and reports it
+        pass
+    finally:
+        _COMPILE_ONLY.reset(token)
+
+
+def _configuration(fn, args, kwargs):
+    """The key of a call: fn and `_describe` of its arguments. An autograd context (the first
+    argument of a Function's forward / backward) stands for which inputs need gradients and, in
+    the backward, for the forward's key, which the forward leaves on it."""
+    ctx = args[0] if args and isinstance(args[0], FunctionCtx) else None
+    if ctx is None:
+        return (fn.__module__, fn.__qualname__, _describe(args), _describe(kwargs))
+    key = (fn.__module__, fn.__qualname__, _describe(args[1:]), _describe(kwargs),
+           tuple(ctx.needs_input_grad), getattr(ctx, "_fla_kernels_key", None))
+    ctx._fla_kernels_key = key
+    return key
+
+
+def compiles_ahead(fn):
+    """fn, a pass that launches kernels through `launch` (or an autograd Function's forward or
+    backward), compiling them all at once the first time it meets a configuration in this
+    process."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not _COMPILE_ONLY.get() and compile_ahead_available():
+            key = _configuration(fn, args, kwargs)
+            if key not in _SEEN:
+                _SEEN.add(key)
+                _dry_run(fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper
