@@ -47,8 +47,8 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import add_rounded, mma
-from fla_kernels.ops.common.tiles import load_rows
 from fla_kernels.ops.common.launch import launch
+from fla_kernels.ops.common.tiles import load_rows
 
 
 def block_size(n: int, cap: int = 64) -> int:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 
 from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
-from fla_kernels.utils import check_inputs
 from fla_kernels.ops.common.launch import compiles_ahead
+from fla_kernels.utils import check_inputs
 
 
 class ChunkGLAFunction(torch.autograd.Function):
