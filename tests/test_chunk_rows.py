@@ -86,26 +86,36 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=[
 LENGTHS = pytest.mark.parametrize("T", [BT, BT + 37], ids=["whole-chunk", "cut-short"])
 
 
+def _check_every_span(got, want_of, one_off_of, sub_chunks):
+    """got [NT, NC, BT, K] against want_of(i_c, i_s) (nan where undefined) within `_within`, and
+    one_off_of(want, i_c, i_s), the span one row off, outside it on every defined row."""
+    checked = 0
+    for i_c in range(got.shape[0]):
+        for i_s in sub_chunks:
+            want = want_of(i_c, i_s)
+            rows = ~want.isnan()
+            if not rows.any():
+                continue
+            assert _within(got[i_c, i_s].double(), want)[rows].all()
+            assert not _within(one_off_of(want, i_c, i_s), want)[rows].any()
+            checked += int(rows.sum())
+    assert checked > 0
+
+
 @DTYPES
 @LENGTHS
 def test_gates_after_sums_the_gates_up_to_the_sub_chunk(T, dtype):
     """Counting each row's own gate in (one row off) must be caught at the tolerance."""
     g = _gates(T, dtype)
-    to_rows, _ = _run(g)
-    checked = 0
-    for i_c in range(to_rows.shape[0]):
-        for i_i in range(1, NC):
-            want = _suffix_to(g, i_c, i_i)
-            rows = ~want.isnan()
-            if not rows.any():
-                continue
-            assert _within(to_rows[i_c, i_i].double(), want)[rows].all()
-            own = torch.zeros(BT, K, dtype=torch.float64)
-            n = min(BT, g.shape[0] - i_c * BT)
-            own[:n] = g[i_c * BT:i_c * BT + n].double()
-            assert not _within(want + own, want)[rows].any()
-            checked += int(rows.sum())
-    assert checked > 0
+
+    def with_own_gate(want, i_c, i_s):
+        own = torch.zeros(BT, K, dtype=torch.float64)
+        n = min(BT, g.shape[0] - i_c * BT)
+        own[:n] = g[i_c * BT:i_c * BT + n].double()
+        return want + own
+
+    _check_every_span(_run(g)[0], lambda i_c, i_s: _suffix_to(g, i_c, i_s), with_own_gate,
+                      range(1, NC))
 
 
 @DTYPES
@@ -113,16 +123,9 @@ def test_gates_after_sums_the_gates_up_to_the_sub_chunk(T, dtype):
 def test_gates_from_sums_the_gates_after_the_sub_chunk(T, dtype):
     """Counting the last row of J in (one row off) must be caught at the tolerance."""
     g = _gates(T, dtype)
-    _, from_rows = _run(g)
-    checked = 0
-    for i_c in range(from_rows.shape[0]):
-        for i_j in range(NC - 1):
-            want = _prefix_from(g, i_c, i_j)
-            rows = ~want.isnan()
-            if not rows.any():
-                continue
-            assert _within(from_rows[i_c, i_j].double(), want)[rows].all()
-            one_off = want + g[i_c * BT + (i_j + 1) * BC - 1].double()
-            assert not _within(one_off, want)[rows].any()
-            checked += int(rows.sum())
-    assert checked > 0
+
+    def with_last_of_j(want, i_c, i_s):
+        return want + g[i_c * BT + (i_s + 1) * BC - 1].double()
+
+    _check_every_span(_run(g)[1], lambda i_c, i_s: _prefix_from(g, i_c, i_s), with_last_of_j,
+                      range(NC - 1))
