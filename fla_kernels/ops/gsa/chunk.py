@@ -61,7 +61,8 @@ TUNING = {
     "fwd": dict(num_warps=4, num_stages=2, block=128),
     "dz": dict(num_warps=2, num_stages=2, block=32),
     "dq": dict(num_warps=4, num_stages=2, block=None),
-    "keys": dict(num_warps=4, num_stages=2, block=64),
+    "values": dict(num_warps=2, num_stages=2, block=32),
+    "slots": dict(num_warps=4, num_stages=2, block=32),
 }
 LEVELS = BC.bit_length() - 1  # the levels of `diag_level_sums` in a block of BC rows
 
@@ -143,6 +144,27 @@ def _diag_weights(w, b_s, b_g, BC: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT:
 
 
 @triton.jit
+def _store_weights(weights, b_C, base_c, c0, i_s, lo, hi, T, H: tl.constexpr, BT: tl.constexpr,
+                   BC: tl.constexpr, WIDTH: tl.constexpr):
+    """Store the columns lo <= j < hi of b_C [BC, WIDTH], whose column 0 is the chunk's column lo,
+    into the rows of sub-chunk i_s of weights [B, T, H, BT] (row i, column j: C_ij of the chunk at
+    c0; float32). The columns after a row's sub-chunk are never written (`_load_weights`)."""
+    t = c0 + i_s * BC + tl.arange(0, BC)
+    j = lo + tl.arange(0, WIDTH)
+    offs = base_c + t.to(tl.int64)[:, None] * (H * BT) + j[None, :]
+    tl.store(weights + offs, b_C, mask=(t[:, None] < T) & (j[None, :] < hi))
+
+
+@triton.jit
+def _load_weights(weights, base_c, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """[BT, BT] C_ij (j <= i, 0 elsewhere) of the chunk at c0 from weights [B, T, H, BT]."""
+    o = tl.arange(0, BT)
+    t = c0 + o
+    offs = base_c + t.to(tl.int64)[:, None] * (H * BT) + o[None, :]
+    return tl.load(weights + offs, mask=(t[:, None] < T) & (o[None, :] <= o[:, None]), other=0)
+
+
+@triton.jit
 def _readout(x, y, s, g, b_own, b_in, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
              D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr,
              BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
@@ -179,38 +201,69 @@ def _readout(x, y, s, g, b_own, b_in, states, index, base, base_m, c0, i_s, T, H
 
 
 @triton.jit
-def _mix(w, y, s, g, b_own, b_in, b_sE, states, index, base, base_m, c0, i_s, T, H: tl.constexpr,
-         D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BW: tl.constexpr,
-         BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
+def _earlier_weights(w, b_own, b_sE, weights, base_c, c0, i_s, T, H: tl.constexpr,
+                     BT: tl.constexpr, BC: tl.constexpr, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
+    """[BC, BT] C_ij for the rows i of sub-chunk I = i_s and the rows j of the sub-chunks before
+    it (0 in the other columns), from w [BC, BM] and I's `_entering_gate` b_own and
+    `_earlier_keys` b_sE; left in weights too unless that is None (`_store_weights`)."""
+    b_C = mma(w * b_own, tl.trans(b_sE), FP32_DOT, OPERAND_DTYPE)
+    if weights is not None:
+        _store_weights(weights, b_C, base_c, c0, i_s, 0, i_s * BC, T, H, BT, BC, BT)
+    return b_C
+
+
+@triton.jit
+def _own_weights(w, s, g, weights, base_m, base_c, c0, i_s, T, H: tl.constexpr, M: tl.constexpr,
+                 BT: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
+                 FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """[BC, BC] C_ij for the pairs j <= i of sub-chunk I = i_s (`_diag_weights`); left in weights
+    too unless that is None."""
+    t_i = c0 + i_s * BC
+    b_C = _diag_weights(w, load_rows(s, base_m, t_i, T, H, M, BC, BM, 0),
+                        load_rows(g, base_m, t_i, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
+                        OPERAND_DTYPE, g.dtype.element_ty)
+    if weights is not None:
+        _store_weights(weights, b_C, base_c, c0, i_s, i_s * BC, (i_s + 1) * BC, T, H, BT, BC, BC)
+    return b_C
+
+
+@triton.jit
+def _mix(w, y, s, g, b_own, b_in, b_sE, states, weights, index, base, base_m, base_c, c0, i_s, T,
+         H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+         BW: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
          OPERAND_DTYPE: tl.constexpr):
     """[BC, BW] (w_I * exp(P_I + pre)) S + sum_{j <= i} C_ij y_j, with C_ij = sum_m w_im s_jm w_ijm,
     for the rows of sub-chunk I = i_s of the chunk at c0. w [BC, BM]; (b_own, b_in): I's
     `_entering_gate`; b_sE: `_earlier_keys` of I or None (computed here); S = states[index]
     [M, D], entering the chunk, read whole (column blocks, which recompute C, measured slower);
-    the pairs with earlier sub-chunks as one product over the chunk's rows."""
+    the pairs with earlier sub-chunks as one product over the chunk's rows. weights: None, or
+    where to leave C for the key gradients (at base_c, `_store_weights`)."""
     t_i = c0 + i_s * BC
     b_r = mma(w * b_in, load_state(states, index, M, D, BM, BW, 0, 0, False), FP32_DOT,
               OPERAND_DTYPE)
     if b_sE is None:
         b_sE = _earlier_keys(s, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
     if i_s > 0:
-        b_C = mma(w * b_own, tl.trans(b_sE), FP32_DOT, OPERAND_DTYPE)
+        b_C = _earlier_weights(w, b_own, b_sE, weights, base_c, c0, i_s, T, H, BT, BC, FP32_DOT,
+                               OPERAND_DTYPE)
         b_r += mma(b_C, load_rows(y, base, c0, T, H, D, BT, BW, 0), FP32_DOT, OPERAND_DTYPE)
-    b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
-    b_C = _diag_weights(w, b_s, load_rows(g, base_m, t_i, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
-                        OPERAND_DTYPE, g.dtype.element_ty)
+    b_C = _own_weights(w, s, g, weights, base_m, base_c, c0, i_s, T, H, M, BT, BC, BM, LEVELS,
+                       FP32_DOT, OPERAND_DTYPE)
     return b_r + mma(b_C, load_rows(y, base, t_i, T, H, D, BC, BW, 0), FP32_DOT, OPERAND_DTYPE)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_kernel(q, k, v, s, g, states_k, states_v, p, zm, o, scale, T, NT, H: tl.constexpr,
+def _fwd_kernel(q, k, v, s, g, states_k, states_v, p, zm, o, weights, scale, T, NT,
+                H: tl.constexpr,
                 K: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
                 BK: tl.constexpr, BVW: tl.constexpr, BM: tl.constexpr,
                 LEVELS: tl.constexpr, STORE_ZM: tl.constexpr, FP32_DOT: tl.constexpr,
                 OPERAND_DTYPE: tl.constexpr):
     """o [B, T, H, V], p [B, T, H, M] float32 and (STORE_ZM, for the gate gradient) z' = z without
     the pair (i, i) [B, T, H, M] float32, one program per (sub-chunk, b*h). BK: the column block
-    of hk^T and of the scores q k^T; BVW: the whole (power-of-two) V."""
+    of hk^T and of the scores q k^T; BVW: the whole (power-of-two) V. weights: None, or where to
+    leave the hv recurrence's C (w = p) for the backward's `_bwd_values_kernel`."""
     row, i_s, c0, t_i, index = _sub_chunk(T, NT, H, BT, BC)
     base_k, base_v, base_m = row * K, row * V, row * M
     b_own, b_in = _entering_gate(g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
@@ -223,8 +276,8 @@ def _fwd_kernel(q, k, v, s, g, states_k, states_v, p, zm, o, scale, T, NT, H: tl
     b_e = tl.exp(b_z - tl.max(b_z, axis=1)[:, None])
     b_p = b_e / tl.sum(b_e, axis=1)[:, None]
     store_rows(p, b_p, base_m, t_i, T, H, M, BC, BM, 0)
-    b_o = _mix(b_p, v, s, g, b_own, b_in, b_sE, states_v, index, base_v, base_m, c0, i_s, T, H, V, M,
-               BT, BC, BVW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_o = _mix(b_p, v, s, g, b_own, b_in, b_sE, states_v, weights, index, base_v, base_m, row * BT,
+               c0, i_s, T, H, V, M, BT, BC, BVW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     store_rows(o, b_o, base_v, t_i, T, H, V, BC, BVW, 0)
 
 
@@ -263,78 +316,94 @@ def _state_inner(states, dh, index, M: tl.constexpr, D: tl.constexpr, BM: tl.con
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_dq_kernel(k, s, g, dz, states_k, dq, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
-                   M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BKW: tl.constexpr,
-                   BM: tl.constexpr, LEVELS: tl.constexpr, FP32_DOT: tl.constexpr,
-                   OPERAND_DTYPE: tl.constexpr):
+def _bwd_dq_kernel(k, s, g, dz, states_k, dq, weights, scale, T, NT, H: tl.constexpr,
+                   K: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                   BKW: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
+                   FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """dq_i = scale sum_m dz_im (d z_im / d q_i): through the state entering the chunk and the rows
-    j <= i, one program per (sub-chunk, b*h)."""
+    j <= i, one program per (sub-chunk, b*h). Leaves the hk recurrence's C (w = scale dz) in
+    weights for `_bwd_values_kernel`."""
     row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
     base_k, base_m = row * K, row * M
     b_dz = load_rows(dz, base_m, t0, T, H, M, BC, BM, 0) * scale
     b_own, b_in = _entering_gate(g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
-    b_dq = _mix(b_dz, k, s, g, b_own, b_in, None, states_k, index, base_k, base_m, c0, i_s, T, H, K,
-                M, BT, BC, BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
+    b_dq = _mix(b_dz, k, s, g, b_own, b_in, None, states_k, weights, index, base_k, base_m,
+                row * BT, c0, i_s, T, H, K, M, BT, BC, BKW, BM, LEVELS, FP32_DOT, OPERAND_DTYPE)
     store_rows(dq, b_dq, base_k, t0, T, H, K, BC, BKW, 0)
 
 
-@triton.jit(do_not_specialize=["T", "NT", "first"])
-def _bwd_keys_kernel(x, w, y, s, g, states, dh, dy, ds_acc, ds, dsm, parts, w_scale, first, T, NT,
-                     H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
-                     BC: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr,
-                     LEVELS: tl.constexpr, NEED_DG: tl.constexpr,
-                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """The gradients of the rows j of sub-chunk J as keys of one of the two recurrences, one program
-    per (sub-chunk, b*h): (x, w, y, states, dh) = (q, dz, k, hk^T, dhk) with w_scale = scale, or
-    (do, p, v, hv, dhv) with w_scale = 1. dh [B, H, NT, M, D]: the gradients w.r.t. the states
-    leaving each chunk (slot dimension first); D read in column blocks of BD.
-
-    dy = d y (dk or dv) through the leaving state, the later sub-chunks (one product over the
-    chunk's rows) and J's own block (levels). The
-    recurrence's share of ds, and with NEED_DG of ds' [B, T, H, M] and of J's part of boundary'
-    [B, H, NT * NC, M] (both float32), is left in ds_acc (float32) for the second pass (first = 1)
-    or added to what the first left and stored in ds (s's dtype). `first` is a runtime flag: both
-    passes run one compiled kernel (compile time)."""
-    NC: tl.constexpr = BT // BC
-    row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
-    base, base_m = row * D, row * M
-    b_w = load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale
-    b_s = load_rows(s, base_m, t0, T, H, M, BC, BM, 0)
-    # the gates after each row of J: to the chunk's end (out) and to J's end (eQ)
-    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
-    b_gc = load_chunk_rows(g, base_m, c0, i_s * BC, BT, T, H, M, BT, BM, 0)
-    b_out = exp_nonpos(gates_after(b_gc, i_s * BC, BT, BT, BC, FP32_DOT, GATE_DTYPE))
-    b_eQ = exp_nonpos(gates_after(b_gc, i_s * BC, (i_s + 1) * BC, BT, BC, FP32_DOT, GATE_DTYPE))
-    b_sO = b_s * b_out
-    b_C = _diag_weights(b_w, b_s, load_rows(g, base_m, t0, T, H, M, BC, BM, 0), BC, LEVELS, FP32_DOT,
-                        OPERAND_DTYPE, g.dtype.element_ty)
-    # the pairs (i, j) with i in a later sub-chunk: products over the chunk's rows i
-    b_wL = _later_weights(w, w_scale, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
-    b_CL = mma(b_wL, tl.trans(b_s * b_eQ), FP32_DOT, OPERAND_DTYPE)
-    b_leave = tl.zeros([BC, BM], dtype=tl.float32)
-    b_A = tl.zeros([BC, BC], dtype=tl.float32)
-    b_AL = tl.zeros([BT, BC], dtype=tl.float32)
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_values_kernel(x, y, s, g, weights, dh, dy, scores, leave, T, NT, H: tl.constexpr,
+                       D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+                       BM: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """The gradient dy of the rows y_j of a chunk as the values of one of the two recurrences, one
+    program per (chunk, b*h): (x, y, weights, dh) = (q, k, C of hk^T, dhk) or (do, v, C of hv, dhv),
+    dh [B, H, NT, M, D] the gradients w.r.t. the states leaving each chunk (slot dimension first),
+    D read in column blocks of BD. With out_j = exp(the gates after row j to the chunk's end),
+        dy_j = (s_j * out_j) dh + sum_{i >= j} C_ij x_i,
+    and for `_bwd_slots_kernel` the chunk's scores x_i . y_j (all pairs) [B, T, H, BT] and the
+    paths of s_j into the leaving state, leave_j = out_j * (y_j dh^T) [B, T, H, M], float32."""
+    i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    row = (i_bh // H) * T * H + i_bh % H
+    c0, index = i_c * BT, i_bh * NT + i_c
+    base, base_m, base_c = row * D, row * M, row * BT
+    b_g = load_rows(g, base_m, c0, T, H, M, BT, BM, 0)
+    b_out = exp_nonpos(gates_after(b_g, 0, BT, BT, BT, FP32_DOT, g.dtype.element_ty))
+    b_sO = load_rows(s, base_m, c0, T, H, M, BT, BM, 0) * b_out
+    b_C = _load_weights(weights, base_c, c0, T, H, BT)
+    b_A = tl.zeros([BT, BT], dtype=tl.float32)
+    b_leave = tl.zeros([BT, BM], dtype=tl.float32)
     for i_d in range(tl.cdiv(D, BD)):
         b_dh = load_state(dh, index, M, D, BM, BD, 0, i_d, False)
-        b_y = load_rows(y, base, t0, T, H, D, BC, BD, i_d)
-        b_x = load_rows(x, base, t0, T, H, D, BC, BD, i_d)
+        b_x = load_rows(x, base, c0, T, H, D, BT, BD, i_d)
+        b_y = load_rows(y, base, c0, T, H, D, BT, BD, i_d)
         b_leave += mma(b_y, tl.trans(b_dh), FP32_DOT, OPERAND_DTYPE)
         b_A += mma(b_x, tl.trans(b_y), FP32_DOT, OPERAND_DTYPE)
         b_dy = mma(b_sO, b_dh, FP32_DOT, OPERAND_DTYPE) + mma(tl.trans(b_C), b_x, FP32_DOT,
                                                               OPERAND_DTYPE)
-        if i_s < NC - 1:
-            b_xc = load_rows(x, base, c0, T, H, D, BT, BD, i_d)
-            b_dy += mma(tl.trans(b_CL), b_xc, FP32_DOT, OPERAND_DTYPE)
-            b_AL += mma(b_xc, tl.trans(b_y), FP32_DOT, OPERAND_DTYPE)
-        store_rows(dy, b_dy, base, t0, T, H, D, BC, BD, i_d)
-    b_leave *= b_out
-    # ds through the pairs (i, j) with i > j: the later sub-chunks, then J's own block by levels
-    b_ds_in = b_eQ * mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE)
+        store_rows(dy, b_dy, base, c0, T, H, D, BT, BD, i_d)
+    store_rows(scores, b_A, base_c, c0, T, H, BT, BT, BT, 0)
+    store_rows(leave, b_leave * b_out, base_m, c0, T, H, M, BT, BM, 0)
+
+
+@triton.jit(do_not_specialize=["T", "NT", "first"])
+def _bwd_slots_kernel(w, s, g, scores, leave, states, dh, ds_acc, ds, dsm, parts, w_scale, first,
+                      T, NT, H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
+                      BC: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
+                      NEED_DG: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """One recurrence's share of ds for the rows j of sub-chunk J, one program per (sub-chunk,
+    b*h): (w, w_scale, states, dh) = (dz, scale, hk^T, dhk) or (p, 1, hv, dhv), with the scores
+    A_ij = x_i . y_j and the paths `leave` of `_bwd_values_kernel`:
+        ds_j = sum_{i >= j} A_ij w_i w_ij + leave_j,
+    the later sub-chunks as one product over the chunk's rows, J's own block by levels. The share
+    of ds, and with NEED_DG of ds' [B, T, H, M] and of J's part of boundary' [B, H, NT * NC, M]
+    (both float32), is left in ds_acc (float32) for the second pass (first = 1) or added to what
+    the first left and stored in ds (s's dtype). `first` is a runtime flag: both passes run one
+    compiled kernel (compile time)."""
+    NC: tl.constexpr = BT // BC
+    row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
+    base_m, base_c = row * M, row * BT
+    b_w = load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale
+    # the pairs (i, j) with i in a later sub-chunk: exp(the gates after j to J's end) times the
+    # later rows' weights (`_later_weights`), one product over the chunk's rows i
+    b_ds_in = tl.zeros([BC, BM], dtype=tl.float32)
+    if i_s < NC - 1:
+        b_gJ = load_chunk_rows(g, base_m, c0, i_s * BC, (i_s + 1) * BC, T, H, M, BT, BM, 0)
+        b_eQ = exp_nonpos(gates_after(b_gJ, i_s * BC, (i_s + 1) * BC, BT, BC, FP32_DOT,
+                                      g.dtype.element_ty))
+        b_wL = _later_weights(w, w_scale, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
+        b_AL = load_chunk_rows(scores + i_s * BC, base_c, c0, (i_s + 1) * BC, BT, T, H, BT, BT,
+                               BC, 0)
+        b_ds_in = b_eQ * mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE)
+    # then the pairs j < i inside J, by levels
+    b_A = load_rows(scores + i_s * BC, base_c, t0, T, H, BT, BC, BC, 0)
     b_g = load_rows(g, base_m, t0, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
         f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
                                               g.dtype.element_ty)
-        b_ds_in += f_col * mma(tl.trans(tl.where(pairs, b_A, 0.0)), b_w * f_row, FP32_DOT, OPERAND_DTYPE)
+        b_ds_in += f_col * mma(tl.trans(tl.where(pairs, b_A, 0.0)), b_w * f_row, FP32_DOT,
+                               OPERAND_DTYPE)
+    b_leave = load_rows(leave, base_m, t0, T, H, M, BC, BM, 0)
     b_ds = b_ds_in + _diagonal(b_A, BC)[:, None] * b_w + b_leave
     if first != 0:
         store_rows(ds_acc, b_ds, base_m, t0, T, H, M, BC, BM, 0)
@@ -344,9 +413,10 @@ def _bwd_keys_kernel(x, w, y, s, g, states, dh, dy, ds_acc, ds, dsm, parts, w_sc
     if NEED_DG:
         is_last = (t0 + tl.arange(0, BC) == tl.minimum(c0 + BT, T) - 1)[:, None]
         b_leave = tl.where(is_last, 0.0, b_leave)
+        # ds' leaves out the pair (j, j) and the last row's path into the leaving state
         b_dsm = b_ds_in + b_leave
         # boundary' = exp(total) <S_c, dS_leaving> + sum_{u < L} s_u (u's path into S_leaving)
-        b_bound = tl.sum(b_s * b_leave, axis=0)
+        b_bound = tl.sum(load_rows(s, base_m, t0, T, H, M, BC, BM, 0) * b_leave, axis=0)
         if i_s == 0:
             b_tot = tl.sum(load_rows(g, base_m, c0, T, H, M, BT, BM, 0), axis=0)
             b_bound += exp_nonpos(b_tot) * _state_inner(states, dh, index, M, D, BM, BD)
@@ -387,10 +457,13 @@ class _Launch:
         block = TUNING[kernel]["block"]
         return _pow2(D) if block is None else min(block, _pow2(D))
 
-    def kw(self, kernel, **sizes):
-        """The launch keywords every kernel takes, `kernel`'s warps and stages, and `sizes`."""
+    def kw(self, kernel, sub_chunks=True, **sizes):
+        """The launch keywords every kernel takes (and those of the sub-chunks, BC and LEVELS,
+        for a kernel with a program per sub-chunk), `kernel`'s warps and stages, and `sizes`."""
         launch = {name: TUNING[kernel][name] for name in ("num_warps", "num_stages")}
-        return dict(H=self.H, M=self.M, BT=BT, BC=BC, BM=self.BM, LEVELS=LEVELS, FP32_DOT=self.fp32_dot,
+        if sub_chunks:
+            sizes.update(BC=BC, LEVELS=LEVELS)
+        return dict(H=self.H, M=self.M, BT=BT, BM=self.BM, FP32_DOT=self.fp32_dot,
                     OPERAND_DTYPE=self.operand_dtype, **launch, **sizes)
 
 
@@ -404,16 +477,19 @@ def _states(L, q, k, v, s, g, hk0, hv0):
     return states_k, states_v
 
 
-def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm):
-    """(o, p [B, T, H, M] float32, z' [B, T, H, M] float32 or None, final hk^T, final hv)."""
+def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm, store_weights):
+    """(o, p [B, T, H, M] float32, z' [B, T, H, M] float32 or None, the hv recurrence's C
+    [B, T, H, BT] float32 or None, final hk^T, final hv)."""
     (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, g, hk0, hv0)
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
     zm = torch.empty_like(p) if store_zm else None
+    weights = torch.empty(L.B, L.T, L.H, BT, dtype=torch.float32, device=q.device) \
+        if store_weights else None
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    launch(_fwd_kernel, (L.NS, L.B * L.H), q, k, v, s, g, states_k, states_v, p, zm, o, scale, L.T,
-           L.NT, STORE_ZM=store_zm,
+    launch(_fwd_kernel, (L.NS, L.B * L.H), q, k, v, s, g, states_k, states_v, p, zm, o, weights,
+           scale, L.T, L.NT, STORE_ZM=store_zm,
            **L.kw("fwd", K=L.K, V=L.V, BK=L.block("fwd", L.K), BVW=L.BVW))
-    return o, p, zm, final_k, final_v
+    return o, p, zm, weights, final_k, final_v
 
 
 class ChunkGSAFunction(torch.autograd.Function):
@@ -424,13 +500,15 @@ class ChunkGSAFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         L = _Launch(q, v, s)
-        o, p, zm, final_k, final_v = _forward(L, q, k, v, s, g, scale, hk0, hv0,
-                                              store_zm=ctx.needs_input_grad[4])
+        # what the backward needs, kept only when one can follow: z' for dg, hv's C for any
+        o, p, zm, weights_v, final_k, final_v = _forward(
+            L, q, k, v, s, g, scale, hk0, hv0, store_zm=ctx.needs_input_grad[4],
+            store_weights=any(ctx.needs_input_grad))
         hkt = hvt = None
         if output_final_state:
             hkt = final_k.transpose(-1, -2).contiguous()
             hvt = final_v
-        ctx.save_for_backward(q, k, v, s, g, p, zm, hk0, hv0)
+        ctx.save_for_backward(q, k, v, s, g, p, zm, weights_v, hk0, hv0)
         ctx.scale = scale
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), hkt, hvt
@@ -438,7 +516,7 @@ class ChunkGSAFunction(torch.autograd.Function):
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dhkt, dhvt):
-        q, k, v, s, g, p, zm, hk0, hv0 = ctx.saved_tensors
+        q, k, v, s, g, p, zm, weights_v, hk0, hv0 = ctx.saved_tensors
         need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
         scale = ctx.scale
         L = _Launch(q, v, s)
@@ -455,22 +533,30 @@ class ChunkGSAFunction(torch.autograd.Function):
         grid = (L.NS, L.B * L.H)
         launch(_bwd_dz_kernel, grid, v, s, g, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
                **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
+
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
                                  need_dh0=use_h0, **dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
-        launch(_bwd_dq_kernel, grid, k, s, g, dz, states_k, dq, scale, L.T, L.NT,
+        weights_k = torch.empty_like(weights_v)  # C of hk^T, left by the dq kernel
+        launch(_bwd_dq_kernel, grid, k, s, g, dz, states_k, dq, weights_k, scale, L.T, L.NT,
                **L.kw("dq", K=L.K, BKW=L.block("dq", L.K)))
         ds_acc = torch.empty_like(dz)
         dsm = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         # one part of boundary' per sub-chunk, summed per chunk below (no atomics: deterministic)
         parts = torch.zeros(L.B, L.H, L.NT * NC, L.M, **f32) if need_g else None
-        for x, w, w_scale, b, states, dh, db, first in ((q, dz, scale, k, states_k, dhk, dk, True),
-                                                         (do, p, 1.0, v, states_v, dhv, dv, False)):
-            launch(_bwd_keys_kernel, grid, x, w, b, s, g, states, dh, db, ds_acc, ds, dsm, parts, w_scale,
-                   int(first), L.T, L.NT, NEED_DG=need_g,
-                   **L.kw("keys", D=x.shape[-1], BD=L.block("keys", x.shape[-1])))
+        scores = torch.empty(L.B, L.T, L.H, BT, **f32)
+        leave = torch.empty_like(dz)
+        passes = ((q, dz, scale, k, weights_k, states_k, dhk, dk, True),
+                  (do, p, 1.0, v, weights_v, states_v, dhv, dv, False))
+        for x, w, w_scale, b, weights, states, dh, db, first in passes:
+            D = x.shape[-1]
+            launch(_bwd_values_kernel, (L.NT, L.B * L.H), x, b, s, g, weights, dh, db, scores, leave,
+                   L.T, L.NT, **L.kw("values", sub_chunks=False, D=D, BD=L.block("values", D)))
+            launch(_bwd_slots_kernel, grid, w, s, g, scores, leave, states, dh, ds_acc, ds, dsm,
+                   parts, w_scale, int(first), L.T, L.NT, NEED_DG=need_g,
+                   **L.kw("slots", D=D, BD=L.block("slots", D)))
         dg = None
         if need_g:
             bound = parts.view(L.B, L.H, L.NT, NC, L.M).sum(3)
