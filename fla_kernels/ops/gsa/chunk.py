@@ -108,22 +108,6 @@ def _earlier_keys(s, g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT
 
 
 @triton.jit
-def _later_weights(w, w_scale, g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr,
-                   BT: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr, FP32_DOT: tl.constexpr):
-    """[BT, BM] w_i * w_scale * exp(the gate from the end of sub-chunk J = i_s through row i) for
-    the rows i of the chunk at c0 after J, 0 for the others: with exp(Q_J) on the rows of J, the
-    pair (i, j) decays by the product of the two."""
-    b_wL = tl.zeros([BT, BM], dtype=tl.float32)
-    if i_s < BT // BC - 1:
-        t_after = (i_s + 1) * BC
-        b_g = load_chunk_rows(g, base_m, c0, t_after, BT, T, H, M, BT, BM, 0)
-        b_from = exp_nonpos(gates_from(b_g, t_after, 0, BT, BT, False, FP32_DOT,
-                                       g.dtype.element_ty))
-        b_wL = load_chunk_rows(w, base_m, c0, t_after, BT, T, H, M, BT, BM, 0) * (w_scale * b_from)
-    return b_wL
-
-
-@triton.jit
 def _diagonal(b_A, BC: tl.constexpr):
     """[BC] the diagonal of a [BC, BC] tile."""
     o_i = tl.arange(0, BC)
@@ -366,67 +350,75 @@ def _bwd_values_kernel(x, y, s, g, weights, dh, dy, scores, leave, T, NT, H: tl.
     store_rows(leave, b_leave * b_out, base_m, c0, T, H, M, BT, BM, 0)
 
 
-@triton.jit(do_not_specialize=["T", "NT", "first"])
-def _bwd_slots_kernel(w, s, g, scores, leave, states, dh, ds_acc, ds, dsm, parts, w_scale, first,
-                      T, NT, H: tl.constexpr, D: tl.constexpr, M: tl.constexpr, BT: tl.constexpr,
-                      BC: tl.constexpr, BD: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
+@triton.jit
+def _slot_pairs(w, w_scale, scores, b_from, base_m, base_c, c0, i_s, t0, T, H: tl.constexpr,
+                M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BM: tl.constexpr,
+                FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """(w_J [BC, BM], A_JJ [BC, BC], later [BC, BM]) of one recurrence for sub-chunk J = i_s:
+    its weights w * w_scale on J's rows, the scores A_ij = x_i . y_j inside J, and
+    later_j = sum_{i after J} A_ij w_i exp(the gates from J's end through i), with b_from that
+    exponential on the rows after J: with exp(the gates after j to J's end) on the rows of J, the
+    pair (i, j) decays by the product of the two."""
+    t_after = (i_s + 1) * BC
+    b_wL = load_chunk_rows(w, base_m, c0, t_after, BT, T, H, M, BT, BM, 0) * (w_scale * b_from)
+    b_AL = load_chunk_rows(scores + i_s * BC, base_c, c0, t_after, BT, T, H, BT, BT, BC, 0)
+    return (load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale,
+            load_rows(scores + i_s * BC, base_c, t0, T, H, BT, BC, BC, 0),
+            mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE))
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_slots_kernel(dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_k, dhk, states_v,
+                      dhv, ds, dsm, parts, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                      V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
+                      BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, LEVELS: tl.constexpr,
                       NEED_DG: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """One recurrence's share of ds for the rows j of sub-chunk J, one program per (sub-chunk,
-    b*h): (w, w_scale, states, dh) = (dz, scale, hk^T, dhk) or (p, 1, hv, dhv), with the scores
-    A_ij = x_i . y_j and the paths `leave` of `_bwd_values_kernel`:
-        ds_j = sum_{i >= j} A_ij w_i w_ij + leave_j,
-    the later sub-chunks as one product over the chunk's rows, J's own block by levels. The share
-    of ds, and with NEED_DG of ds' [B, T, H, M] and of J's part of boundary' [B, H, NT * NC, M]
-    (both float32), is left in ds_acc (float32) for the second pass (first = 1) or added to what
-    the first left and stored in ds (s's dtype). `first` is a runtime flag: both passes run one
-    compiled kernel (compile time)."""
+    """ds for the rows j of sub-chunk J, one program per (sub-chunk, b*h), from both recurrences
+    at once: with (w, A, leave) = (scale dz, the scores and paths of hk^T) and (p, those of hv),
+    each from `_bwd_values_kernel`,
+        ds_j = sum over both of (sum_{i >= j} A_ij w_i w_ij + leave_j),
+    the later sub-chunks as one product over the chunk's rows, J's own block by levels; the gate
+    factors are shared by the two. With NEED_DG also ds' [B, T, H, M] and J's part of boundary'
+    [B, H, NT * NC, M] (both float32)."""
     NC: tl.constexpr = BT // BC
+    GATE_DTYPE: tl.constexpr = g.dtype.element_ty
     row, i_s, c0, t0, index = _sub_chunk(T, NT, H, BT, BC)
     base_m, base_c = row * M, row * BT
-    b_w = load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale
-    # the pairs (i, j) with i in a later sub-chunk: exp(the gates after j to J's end) times the
-    # later rows' weights (`_later_weights`), one product over the chunk's rows i
-    b_ds_in = tl.zeros([BC, BM], dtype=tl.float32)
-    if i_s < NC - 1:
-        b_gJ = load_chunk_rows(g, base_m, c0, i_s * BC, (i_s + 1) * BC, T, H, M, BT, BM, 0)
-        b_eQ = exp_nonpos(gates_after(b_gJ, i_s * BC, (i_s + 1) * BC, BT, BC, FP32_DOT,
-                                      g.dtype.element_ty))
-        b_wL = _later_weights(w, w_scale, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
-        b_AL = load_chunk_rows(scores + i_s * BC, base_c, c0, (i_s + 1) * BC, BT, T, H, BT, BT,
-                               BC, 0)
-        b_ds_in = b_eQ * mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE)
+    # the pairs (i, j) with i in a later sub-chunk: exp(the gates after j to J's end) times
+    # exp(the gates from J's end through i), one product over the chunk's rows i
+    b_gc = load_chunk_rows(g, base_m, c0, i_s * BC, BT, T, H, M, BT, BM, 0)
+    b_eQ = exp_nonpos(gates_after(b_gc, i_s * BC, (i_s + 1) * BC, BT, BC, FP32_DOT, GATE_DTYPE))
+    b_from = exp_nonpos(gates_from(b_gc, (i_s + 1) * BC, 0, BT, BT, False, FP32_DOT, GATE_DTYPE))
+    b_wk, b_Ak, b_later = _slot_pairs(dz, scale, scores_k, b_from, base_m, base_c, c0, i_s, t0,
+                                      T, H, M, BT, BC, BM, FP32_DOT, OPERAND_DTYPE)
+    b_wv, b_Av, b_later_v = _slot_pairs(p, 1.0, scores_v, b_from, base_m, base_c, c0, i_s, t0,
+                                        T, H, M, BT, BC, BM, FP32_DOT, OPERAND_DTYPE)
+    b_ds_in = b_eQ * (b_later + b_later_v)
     # then the pairs j < i inside J, by levels
-    b_A = load_rows(scores + i_s * BC, base_c, t0, T, H, BT, BC, BC, 0)
     b_g = load_rows(g, base_m, t0, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
         f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
-                                              g.dtype.element_ty)
-        b_ds_in += f_col * mma(tl.trans(tl.where(pairs, b_A, 0.0)), b_w * f_row, FP32_DOT,
-                               OPERAND_DTYPE)
-    b_leave = load_rows(leave, base_m, t0, T, H, M, BC, BM, 0)
-    b_ds = b_ds_in + _diagonal(b_A, BC)[:, None] * b_w + b_leave
-    if first != 0:
-        store_rows(ds_acc, b_ds, base_m, t0, T, H, M, BC, BM, 0)
-    else:
-        b_ds += load_rows(ds_acc, base_m, t0, T, H, M, BC, BM, 0)
-        store_rows(ds, b_ds, base_m, t0, T, H, M, BC, BM, 0)
+                                              GATE_DTYPE)
+        b_ds_in += f_col * (
+            mma(tl.trans(tl.where(pairs, b_Ak, 0.0)), b_wk * f_row, FP32_DOT, OPERAND_DTYPE)
+            + mma(tl.trans(tl.where(pairs, b_Av, 0.0)), b_wv * f_row, FP32_DOT, OPERAND_DTYPE))
+    b_leave = (load_rows(leave_k, base_m, t0, T, H, M, BC, BM, 0)
+               + load_rows(leave_v, base_m, t0, T, H, M, BC, BM, 0))
+    b_pair = _diagonal(b_Ak, BC)[:, None] * b_wk + _diagonal(b_Av, BC)[:, None] * b_wv
+    store_rows(ds, b_ds_in + b_pair + b_leave, base_m, t0, T, H, M, BC, BM, 0)
     if NEED_DG:
         is_last = (t0 + tl.arange(0, BC) == tl.minimum(c0 + BT, T) - 1)[:, None]
         b_leave = tl.where(is_last, 0.0, b_leave)
         # ds' leaves out the pair (j, j) and the last row's path into the leaving state
-        b_dsm = b_ds_in + b_leave
+        store_rows(dsm, b_ds_in + b_leave, base_m, t0, T, H, M, BC, BM, 0)
         # boundary' = exp(total) <S_c, dS_leaving> + sum_{u < L} s_u (u's path into S_leaving)
         b_bound = tl.sum(load_rows(s, base_m, t0, T, H, M, BC, BM, 0) * b_leave, axis=0)
         if i_s == 0:
             b_tot = tl.sum(load_rows(g, base_m, c0, T, H, M, BT, BM, 0), axis=0)
-            b_bound += exp_nonpos(b_tot) * _state_inner(states, dh, index, M, D, BM, BD)
+            b_bound += exp_nonpos(b_tot) * (_state_inner(states_k, dhk, index, M, K, BM, BK)
+                                            + _state_inner(states_v, dhv, index, M, V, BM, BV))
         o_m = tl.arange(0, BM)
-        p_parts = parts + (index * NC + i_s) * M + o_m
-        if first == 0:
-            b_dsm += load_rows(dsm, base_m, t0, T, H, M, BC, BM, 0)
-            b_bound += tl.load(p_parts, mask=o_m < M, other=0)
-        store_rows(dsm, b_dsm, base_m, t0, T, H, M, BC, BM, 0)
-        tl.store(p_parts, b_bound, mask=o_m < M)
+        tl.store(parts + (index * NC + i_s) * M + o_m, b_bound, mask=o_m < M)
 
 
 def _pow2(n):
@@ -542,21 +534,19 @@ class ChunkGSAFunction(torch.autograd.Function):
         weights_k = torch.empty_like(weights_v)  # C of hk^T, left by the dq kernel
         launch(_bwd_dq_kernel, grid, k, s, g, dz, states_k, dq, weights_k, scale, L.T, L.NT,
                **L.kw("dq", K=L.K, BKW=L.block("dq", L.K)))
-        ds_acc = torch.empty_like(dz)
         dsm = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         # one part of boundary' per sub-chunk, summed per chunk below (no atomics: deterministic)
         parts = torch.zeros(L.B, L.H, L.NT * NC, L.M, **f32) if need_g else None
-        scores = torch.empty(L.B, L.T, L.H, BT, **f32)
-        leave = torch.empty_like(dz)
-        passes = ((q, dz, scale, k, weights_k, states_k, dhk, dk, True),
-                  (do, p, 1.0, v, weights_v, states_v, dhv, dv, False))
-        for x, w, w_scale, b, weights, states, dh, db, first in passes:
+        scores_k, scores_v = (torch.empty(L.B, L.T, L.H, BT, **f32) for _ in range(2))
+        leave_k, leave_v = torch.empty_like(dz), torch.empty_like(dz)
+        for x, b, weights, dh, db, scores, leave in ((q, k, weights_k, dhk, dk, scores_k, leave_k),
+                                                     (do, v, weights_v, dhv, dv, scores_v, leave_v)):
             D = x.shape[-1]
             launch(_bwd_values_kernel, (L.NT, L.B * L.H), x, b, s, g, weights, dh, db, scores, leave,
                    L.T, L.NT, **L.kw("values", sub_chunks=False, D=D, BD=L.block("values", D)))
-            launch(_bwd_slots_kernel, grid, w, s, g, scores, leave, states, dh, ds_acc, ds, dsm,
-                   parts, w_scale, int(first), L.T, L.NT, NEED_DG=need_g,
-                   **L.kw("slots", D=D, BD=L.block("slots", D)))
+        launch(_bwd_slots_kernel, grid, dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_k,
+               dhk, states_v, dhv, ds, dsm, parts, scale, L.T, L.NT, NEED_DG=need_g,
+               **L.kw("slots", K=L.K, V=L.V, BK=L.block("slots", L.K), BV=L.block("slots", L.V)))
         dg = None
         if need_g:
             bound = parts.view(L.B, L.H, L.NT, NC, L.M).sum(3)
