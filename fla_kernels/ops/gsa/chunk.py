@@ -6,27 +6,32 @@ Per (batch, head), with M slots, hk [K, M], hv [M, V] and z_t = scale q_t hk_t:
 Written with the slot dimension first, both states follow S_t = diag(exp(g_t)) S_{t-1} + s_t^T b_t
 (b = k for hk^T [M, K], b = v for hv), so `chunk_fwd_h` / `chunk_bwd_dh` (ops/common/chunk_state.py)
 carry them from chunk to chunk of BT = 64 rows with keys s. One program per sub-chunk I of BC = 16
-rows of a chunk c. With P_I the inclusive prefix sum of g inside I, pre the total of the
+rows of a chunk c (the values' gradients: one per chunk). With P_I the inclusive prefix sum of g inside I, pre the total of the
 sub-chunks before I in the chunk, w_ij = exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states
 entering the chunk, for rows i of I:
     z_i = scale (exp(P_i + pre) * (hk^T_c q_i) + sum_{j <= i} (q_i . k_j) s_j w_ij)
     o_i = (p_i * exp(P_i + pre)) hv_c + sum_{j <= i} C_ij v_j,   C_ij = sum_m p_im s_jm w_ijm
 The pairs with the earlier sub-chunks J are one product over the chunk's rows whose factors carry
-exp(P_I) and exp(the gates after each row j up to the start of I); the key gradients of J, with
-the later rows, take exp(the gates from the end of J through each row i) and exp(the gates after
-j to the end of J). The pairs inside I are dots per level of `diag_level_sums`; the pair (i, i)
-has no gate. Every exponent is a sum of the gates over a span of rows, taken inside the kernel
+exp(P_I) and exp(the gates after each row j up to the start of I); ds of J, with the later rows,
+takes exp(the gates from the end of J through each row i) and exp(the gates after j to the end of
+J). The pairs inside I are dots per level of `diag_level_sums`; the pair (i, i) has no gate.
+Each recurrence's C [BT, BT] per chunk is stored by the kernel that computes it anyway (the
+forward for hv, when a backward can follow; the dq kernel for hk^T), so the values' gradients
+dy = (s * exp(the gates after each row to the chunk's end)) dS_leaving + C^T x are two products
+over the whole chunk and one masked product for the gates. Every exponent is a sum of the gates over a span of rows, taken inside the kernel
 that needs it as one masked product on the tensor cores (`gates_from` / `gates_after`, see
 chunk_state.py), never a difference: nothing overflows, strong decays keep their precision, and
 no gate sums are stored. Products take tf32 operands rounded to nearest for 16-bit inputs (`mma`)
 and IEEE fp32 ones for fp32 inputs.
 
-Forward:  chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z'; p and z' are kept for the
-          backward).
+Forward:  chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z', and hv's C; p, z' and C
+          are kept for the backward).
 Backward: chunk_fwd_h, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel
           (dp, the softmax backward dz = p (dp - <p, dp>), the dg readout sums y') -> chunk_bwd_dh
-          for hk^T (queries dz, values q) -> _bwd_dq_kernel (dq) -> _bwd_keys_kernel twice, for hk^T
-          (dk) then hv (dv), each adding its share of ds, ds' and boundary' -> chunk_gate_grad.
+          for hk^T (queries dz, values q) -> _bwd_dq_kernel (dq, hk^T's C) -> _bwd_values_kernel
+          twice, for hk^T (dk) then hv (dv), each also leaving its scores x_i . y_j and the paths
+          of s into the leaving state -> _bwd_slots_kernel (ds, ds' and boundary' from both) ->
+          chunk_gate_grad.
 
 dg follows fused_recurrent.py's module docstring: per chunk,
     dg_t = boundary' + sum_{t <= u <= L} y'_u - sum_{t <= u < L} s_u * ds'_u
