@@ -6,9 +6,9 @@ Per (batch, head), with M slots, hk [K, M], hv [M, V] and z_t = scale q_t hk_t:
 Written with the slot dimension first, both states follow S_t = diag(exp(g_t)) S_{t-1} + s_t^T b_t
 (b = k for hk^T [M, K], b = v for hv), so `chunk_fwd_h` / `chunk_bwd_dh` (ops/common/chunk_state.py)
 carry them from chunk to chunk of BT = 64 rows with keys s. One program per sub-chunk I of BC = 16
-rows of a chunk c (the values' gradients: one per chunk). With P_I the inclusive prefix sum of g inside I, pre the total of the
-sub-chunks before I in the chunk, w_ij = exp(g_{j+1} + ... + g_i) and hk^T_c, hv_c the states
-entering the chunk, for rows i of I:
+rows of a chunk c (the values' gradients: one per chunk). With P_I the inclusive prefix sum of g
+inside I, pre the total of the sub-chunks before I in the chunk, w_ij = exp(g_{j+1} + ... + g_i)
+and hk^T_c, hv_c the states entering the chunk, for rows i of I:
     z_i = scale (exp(P_i + pre) * (hk^T_c q_i) + sum_{j <= i} (q_i . k_j) s_j w_ij)
     o_i = (p_i * exp(P_i + pre)) hv_c + sum_{j <= i} C_ij v_j,   C_ij = sum_m p_im s_jm w_ijm
 The pairs with the earlier sub-chunks J are one product over the chunk's rows whose factors carry
@@ -18,11 +18,11 @@ J). The pairs inside I are dots per level of `diag_level_sums`; the pair (i, i) 
 Each recurrence's C [BT, BT] per chunk is stored by the kernel that computes it anyway (the
 forward for hv, when a backward can follow; the dq kernel for hk^T), so the values' gradients
 dy = (s * exp(the gates after each row to the chunk's end)) dS_leaving + C^T x are two products
-over the whole chunk and one masked product for the gates. Every exponent is a sum of the gates over a span of rows, taken inside the kernel
-that needs it as one masked product on the tensor cores (`gates_from` / `gates_after`, see
-chunk_state.py), never a difference: nothing overflows, strong decays keep their precision, and
-no gate sums are stored. Products take tf32 operands rounded to nearest for 16-bit inputs (`mma`)
-and IEEE fp32 ones for fp32 inputs.
+over the whole chunk and one masked product for the gates. Every exponent is a sum of the gates
+over a span of rows, taken inside the kernel that needs it as one masked product on the tensor
+cores (`gates_from` / `gates_after`, see chunk_state.py), never a difference: nothing overflows,
+strong decays keep their precision, and no gate sums are stored. Products take tf32 operands
+rounded to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for fp32 inputs.
 
 Forward:  chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z', and hv's C; p, z' and C
           are kept for the backward).
@@ -244,11 +244,10 @@ def _mix(w, y, s, g, b_own, b_in, b_sE, states, weights, index, base, base_m, ba
 
 @triton.jit(do_not_specialize=["T", "NT"])
 def _fwd_kernel(q, k, v, s, g, states_k, states_v, p, zm, o, weights, scale, T, NT,
-                H: tl.constexpr,
-                K: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                BK: tl.constexpr, BVW: tl.constexpr, BM: tl.constexpr,
-                LEVELS: tl.constexpr, STORE_ZM: tl.constexpr, FP32_DOT: tl.constexpr,
-                OPERAND_DTYPE: tl.constexpr):
+                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+                BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, BVW: tl.constexpr,
+                BM: tl.constexpr, LEVELS: tl.constexpr, STORE_ZM: tl.constexpr,
+                FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """o [B, T, H, V], p [B, T, H, M] float32 and (STORE_ZM, for the gate gradient) z' = z without
     the pair (i, i) [B, T, H, M] float32, one program per (sub-chunk, b*h). BK: the column block
     of hk^T and of the scores q k^T; BVW: the whole (power-of-two) V. weights: None, or where to
@@ -544,11 +543,13 @@ class ChunkGSAFunction(torch.autograd.Function):
         parts = torch.zeros(L.B, L.H, L.NT * NC, L.M, **f32) if need_g else None
         scores_k, scores_v = (torch.empty(L.B, L.T, L.H, BT, **f32) for _ in range(2))
         leave_k, leave_v = torch.empty_like(dz), torch.empty_like(dz)
-        for x, b, weights, dh, db, scores, leave in ((q, k, weights_k, dhk, dk, scores_k, leave_k),
-                                                     (do, v, weights_v, dhv, dv, scores_v, leave_v)):
+        passes = ((q, k, weights_k, dhk, dk, scores_k, leave_k),
+                  (do, v, weights_v, dhv, dv, scores_v, leave_v))
+        for x, b, weights, dh, db, scores, leave in passes:
             D = x.shape[-1]
-            launch(_bwd_values_kernel, (L.NT, L.B * L.H), x, b, s, g, weights, dh, db, scores, leave,
-                   L.T, L.NT, **L.kw("values", sub_chunks=False, D=D, BD=L.block("values", D)))
+            launch(_bwd_values_kernel, (L.NT, L.B * L.H), x, b, s, g, weights, dh, db, scores,
+                   leave, L.T, L.NT,
+                   **L.kw("values", sub_chunks=False, D=D, BD=L.block("values", D)))
         launch(_bwd_slots_kernel, grid, dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_k,
                dhk, states_v, dhv, ds, dsm, parts, scale, L.T, L.NT, NEED_DG=need_g,
                **L.kw("slots", K=L.K, V=L.V, BK=L.block("slots", L.K), BV=L.block("slots", L.V)))
