@@ -118,6 +118,22 @@ def test_inputs_unchanged_and_deterministic(fn):
     assert_identical(first, second)
 
 
+@pytest.mark.parametrize("T", [37, 65])
+def test_chunk_reads_no_scratch_it_did_not_write(monkeypatch, T):
+    """Every buffer chunk_gsa's launchers take from torch.empty / empty_like starts as NaN (the
+    weights C, whose columns after a row's sub-chunk are never written, the scores, the paths into
+    the leaving state, ...): o, the final states and every gradient stay the same to the bit."""
+    x = make_inputs(GSA, 1, T, 2, 16, 8, torch.float32, "normal", True, seed=7, M=16)
+    clean = run(chunk_gsa, x, True)
+    empty, empty_like = torch.empty, torch.empty_like
+    monkeypatch.setattr(torch, "empty", lambda *a, **kw: empty(*a, **kw).fill_(float("nan")))
+    monkeypatch.setattr(torch, "empty_like",
+                        lambda *a, **kw: empty_like(*a, **kw).fill_(float("nan")))
+    poisoned = run(chunk_gsa, x, True)
+    for name, t in clean.items():
+        assert torch.equal(poisoned[name], t), f"{name} changed when the scratch started as NaN"
+
+
 @pytest.mark.parametrize("fn", IMPLS, ids=_ids)
 @pytest.mark.parametrize("bad", ["v_time", "s_slots", "g_slots", "mixed_dtype", "hk_shape", "hv_shape",
                                  "state_not_pair", "q_ndim", "empty"])
