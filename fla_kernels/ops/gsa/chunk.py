@@ -61,7 +61,8 @@ BC = 16  # tokens per sub-chunk (one gate block), one program each
 NC = BT // BC
 # per kernel: warps, pipeline stages and the widest column block of K or V read per step
 # (H100, B=8, T=2048, H=16, K=V=128, M=64, bf16; benchmarks/tuning.md); None: the whole
-# dimension.
+# dimension. Not 8 warps for "values": triton 3.6 then reads shared memory out of bounds in a
+# tf32 product at K = 32, V = 16 (compute-sanitizer; an illegal memory access on the H100).
 TUNING = {
     "fwd": dict(num_warps=4, num_stages=2, block=128),
     "dz": dict(num_warps=2, num_stages=2, block=32),
