@@ -228,7 +228,7 @@ def _mix(w, y, s, g, b_own, b_in, b_sE, states, weights, index, base, base_m, ba
     `_entering_gate`; b_sE: `_earlier_keys` of I or None (computed here); S = states[index]
     [M, D], entering the chunk, read whole (column blocks, which recompute C, measured slower);
     the pairs with earlier sub-chunks as one product over the chunk's rows. weights: None, or
-    where to leave C for the key gradients (at base_c, `_store_weights`)."""
+    where to leave C for `_bwd_values_kernel` (at base_c, `_store_weights`)."""
     t_i = c0 + i_s * BC
     b_r = mma(w * b_in, load_state(states, index, M, D, BM, BW, 0, 0, False), FP32_DOT,
               OPERAND_DTYPE)
