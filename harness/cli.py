@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -31,13 +32,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _csv(kind):
     def parse(text):
+        items = [item.strip() for item in text.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"'{text}' has an empty item")
         try:
-            values = [kind(item) for item in text.split(",") if item.strip()]
+            return [kind(item) for item in items]
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of {kind.__name__}")
-        if not values:
-            raise argparse.ArgumentTypeError("an empty list")
-        return values
     return parse
 
 
@@ -56,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--seed", type=int, default=0)
     sweep.add_argument("--checks", type=_csv(str),
                        help=f"checks beyond the golden: {','.join(EXTRA_CHECKS)}, or none (default: "
-                            "all; without determinism under the Triton interpreter, which runs "
-                            "serially and so cannot show a race)")
+                            "all; determinism is left out for our kernels under the Triton "
+                            "interpreter, which runs serially and so cannot show a race)")
     sweep.add_argument("--impl", action="append", default=[], metavar="VARIANT=module:function",
                        help="run an external implementation in place of our VARIANT (repeatable); "
                             "`--impl fla` runs upstream flash-linear-attention's variants instead of "
@@ -67,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="folder of stored goldens (default $HARNESS_GOLDEN_CACHE or "
                             "~/.cache/fla-harness/goldens)")
     sweep.add_argument("--no-golden-cache", action="store_true", help="compute every golden afresh")
-    sweep.add_argument("--resume", action="store_true", help="skip cases already in --out's results.csv")
+    sweep.add_argument("--resume", action="store_true",
+                       help="continue the run in --out: skip the cases its results.csv holds whole")
+    sweep.add_argument("--force", action="store_true",
+                       help="replace the run already in --out (without it, an existing run is kept)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_gate_parser(sub)
     report = sub.add_parser("report", help="re-render the HTML and markdown of finished results, or "
@@ -78,10 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", type=Path, help="the HTML page (default: report.html or compare.html "
                                                    "beside the first CSV)")
     report.add_argument("--markdown", type=Path, help="also write the markdown summary here")
-    report.add_argument("--growth-factor", type=float, default=2.0,
-                        help="with --baseline: err/bound growth counted as worse (default 2)")
-    report.add_argument("--ratio-floor", type=float, default=0.05,
-                        help="with --baseline: err/bound under which growth is ignored (default 0.05)")
+    report.add_argument("--growth-factor", type=float,
+                        help="with --baseline: err/bound growth counted as worse (default: "
+                             "baselines/gate.json's)")
+    report.add_argument("--ratio-floor", type=float,
+                        help="with --baseline: err/bound under which growth is ignored (default: "
+                             "baselines/gate.json's)")
+    report.add_argument("--noise-roundings", type=float,
+                        help="with --baseline: roundings of the golden err may move by between "
+                             "machines (default: baselines/gate.json's)")
     repro = sub.add_parser("repro", help="write a standalone script that rebuilds one case's inputs "
                                          "and shows its comparison with the golden")
     repro.add_argument("case_id", help="a case_id column value, e.g. rwkv6-bf16-B1-T65-H2-K16-V16-"
@@ -131,8 +140,13 @@ def _add_gate_parser(sub):
                            "gate.json's)")
     gate.add_argument("--ratio-floor", type=float,
                       help="err/bound under which growth is ignored (default: gate.json's)")
+    gate.add_argument("--noise-roundings", type=float,
+                      help="roundings of the golden a tensor's err may move by between machines "
+                           "on top of the growth factor (default: gate.json's)")
     gate.add_argument("--jobs", type=int, default=1, help="sweeps run at once (one process per op)")
     gate.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
+    gate.add_argument("--force", action="store_true",
+                      help="replace an earlier gate run in --out (without it, it is kept)")
     gate.add_argument("--summary", type=Path,
                       help="markdown summary for the pull request (default <out>/gate-summary.md)")
     gate.add_argument("--update-baseline", action="store_true",
@@ -180,7 +194,7 @@ def plan_sweep(args):
         if any(v < 1 for v in getattr(args, axis) or []):
             raise UsageError(f"--{axis} values must be positive integers")
     if args.checks is None:
-        args.checks = [c for c in EXTRA_CHECKS if not (c == "determinism" and interpreting())]
+        args.checks = list(EXTRA_CHECKS)
     elif args.checks != ["none"]:
         _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
     external, sets = _parse_impls(args.impl, specs)
@@ -224,7 +238,7 @@ def cmd_sweep(args) -> int:
     from reports import read_results, render_terminal
     label = "-".join(args.op) + "-" + "-".join(args.dtype)
     run_id = new_run_id(label)
-    out = args.out or Path("results") / run_id
+    out = _run_folder(args.out, Path("results") / run_id, args.resume, args.force)
     print(f"run {run_id}: {len(plan)} cases ({preset} preset) -> {out}", flush=True)
     checks = () if args.checks == ["none"] else tuple(args.checks)
     cache = None if args.no_golden_cache else GoldenCache(args.golden_cache or default_dir())
@@ -235,6 +249,8 @@ def cmd_sweep(args) -> int:
         print(f"{lost}\ngoing on in a new process: the same sweep with --resume --out {out}",
               flush=True)
         restart_sweep(args.argv, out)
+    except ValueError as exc:  # a results file that cannot be resumed
+        raise UsageError(str(exc).rstrip("."))
     df = read_results([outcome.csv_path])
     print(render_terminal(df))
     stored = ("" if cache is None else
@@ -242,8 +258,21 @@ def cmd_sweep(args) -> int:
     print(f"wall time {outcome.wall_s:.1f} s; {outcome.cases_run} cases run, {outcome.cases_skipped} "
           f"resumed{stored}; csv {outcome.csv_path}; html {outcome.html_path}; "
           f"markdown {outcome.markdown_path}")
+    if outcome.interrupted:
+        left = len(plan) - outcome.cases_run - outcome.cases_skipped
+        print(f"interrupted: {left} of {len(plan)} cases not run; continue with\n  "
+              f"{resume_command(args.argv, out)}", flush=True)
+        return 130
     bad = df["verdict"].isin(["FAIL", "ERROR"]).any()
     return 1 if bad else 0
+
+
+def _run_folder(out, default, resume=False, force=False) -> Path:
+    from harness.run_folder import RunFolderError, prepare
+    try:
+        return prepare(out, default, resume, force)
+    except RunFolderError as exc:
+        raise UsageError(str(exc))
 
 
 def cmd_report(args) -> int:
@@ -254,7 +283,12 @@ def cmd_report(args) -> int:
             raise UsageError(f"no results file {path}")
     df = read_results(args.csv)
     if args.baseline:
-        table = compare_runs(df, read_results(args.baseline), args.growth_factor, args.ratio_floor)
+        from harness.gate import GateConfig
+        config = GateConfig.load()
+        settings = [config.growth_factor if args.growth_factor is None else args.growth_factor,
+                    config.ratio_floor if args.ratio_floor is None else args.ratio_floor,
+                    config.noise_roundings if args.noise_roundings is None else args.noise_roundings]
+        table = compare_runs(df, read_results(args.baseline), *settings)
         meta = {"candidate": ", ".join(map(str, args.csv)), "baseline": ", ".join(map(str, args.baseline))}
         html = args.html or args.csv[0].parent / "compare.html"
         write_compare_html(table, html, meta)
@@ -343,12 +377,34 @@ COMMANDS = {"list": lambda args: cmd_list(), "sweep": cmd_sweep, "gate": cmd_gat
             "report": cmd_report, "repro": cmd_repro, "bench": cmd_bench}
 
 
+def _without_run_folder(argv: list[str]) -> list[str]:
+    """`argv` without --out, --resume and --force (to add the ones of a continued run)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--resume", "--force") or arg.startswith("--out="):
+            continue
+        elif arg == "--out":
+            skip = True
+        else:
+            out.append(arg)
+    return out
+
+
+def resume_command(argv: list[str], out) -> str:
+    """The command line that continues this sweep in `out`."""
+    return shlex.join(["python", "-m", "harness", *_without_run_folder(argv), "--resume", "--out",
+                       str(out)])
+
+
 def restart_sweep(argv: list[str], out) -> NoReturn:
     """Replace this process by `python -m harness` with the same arguments, resuming into `out`
     (a fresh process, whose CUDA context works again)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "harness", *argv, "--resume", "--out", str(out)])
+    os.execv(sys.executable, [sys.executable, "-m", "harness", *_without_run_folder(argv), "--resume",
+                              "--out", str(out)])
 
 
 def main(argv=None) -> int:
@@ -359,3 +415,10 @@ def main(argv=None) -> int:
     except UsageError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file the command reads or writes, never a kernel's (those are rows)
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"harness: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130

@@ -24,6 +24,18 @@ def first_bad_index(bad: torch.Tensor, seq_layout: bool) -> str:
     return str(tuple(idx[0].tolist()))
 
 
+def worst_index(diff: torch.Tensor, seq_layout: bool, names: str = "bth") -> str:
+    """Where |diff| is largest: (b, t, h) for [B, T, H, ...] tensors (or the leading axes named
+    by `names`), else the raw index."""
+    if not diff.numel():
+        return ""
+    idx = torch.unravel_index(diff.flatten().argmax(), diff.shape)
+    idx = [int(i) for i in idx]
+    if seq_layout and diff.dim() >= len(names):
+        return "(" + ", ".join(f"{n}={i}" for n, i in zip(names, idx)) + ")"
+    return str(tuple(idx))
+
+
 def nonfinite_counts(x: torch.Tensor) -> tuple[int, int]:
     return int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
 
@@ -70,14 +82,73 @@ def compare_to_golden(x, gold, base, tol: Tolerance, seq_layout: bool, expected_
         row.update(verdict="FAIL", message=f"{nan} NaN and {inf} Inf where the golden is finite; "
                    f"first at {row['first_bad']}")
     elif err > bound:
-        row.update(verdict="FAIL", message=_bound_sentence(err, tol, base_err, floor, row["rel"]))
+        row.update(verdict="FAIL", message=_bound_sentence(err, tol, base_err, floor, row["rel"]),
+                   first_bad=worst_index(diff, seq_layout))
     else:
         row.update(verdict="PASS", message="")
     return row
 
 
-def compare_variants(xa, xb, gold, bound: float, seq_layout: bool) -> dict:
-    """Agreement of two implementations: max|xa - xb| within the sum of their golden bounds."""
+SUMS = {"t": (1,), "b, t, h": (0, 1, 2)}   # label -> the axes of a [B, T, H, ...] tensor summed
+
+
+def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bool) -> list:
+    """[(label, metrics)] of the sums of gradient `x` [B, T, H, ...] over tokens (when T > 1), and
+    over batch, tokens and heads (when `across_heads`: B * H > 1), against the golden's sums, in
+    float64.
+
+    Errors of one sign that each element hides add up in a sum, where a model's shared parameters
+    (a decay bias, a norm's weight) take them. The bound is the tensor's tolerance applied to the
+    same sums of the same-dtype baseline (Tolerance.sum_bound), and the floor is the error of the
+    sums of the golden rounded to the tensor's dtype (rounding to nearest has no sign, so a
+    kernel that only rounds has the floor's error). Nothing is compared where the golden row
+    already fails the tensor's shape or type, which its row reports."""
+    if x is None or tuple(x.shape) != tuple(gold.shape) or not x.is_floating_point():
+        return []
+    rounded = gold.to(expected_dtype).to(torch.float64)
+    element_floor = _max((rounded - gold).abs())
+    out = []
+    for label, dims in SUMS.items():
+        if (label == "t" and gold.shape[1] == 1) or (label != "t" and not across_heads):
+            continue  # a sum of one term, or the same sum as the other
+        terms = math.prod(gold.shape[d] for d in dims)
+        gold_sum = gold.sum(dims)
+        x_sum = x.detach().to(torch.float64).sum(dims)
+        base_err = _max((base.detach().to(torch.float64).sum(dims) - gold_sum).abs())
+        floor = _max((rounded.sum(dims) - gold_sum).abs())
+        diff = (x_sum - gold_sum).abs()
+        err = _max(diff) if bool(torch.isfinite(x_sum).all()) else math.inf
+        bound = tol.sum_bound(base_err, floor, element_floor, terms)
+        gold_max, rms_gold = _max(gold_sum.abs()), gold_sum.pow(2).mean().sqrt().item()
+        row = {"err": err, "rel": err / gold_max if gold_max else (0.0 if err == 0 else math.inf),
+               "rms_rel": (diff.pow(2).mean().sqrt().item() / rms_gold if rms_gold else
+                           (0.0 if err == 0 else math.inf)),
+               "base_err": base_err, "floor": floor, "atol": tol.atol, "bound": bound,
+               "ratio": err / bound if bound else (0.0 if err == 0 else math.inf),
+               "nan": 0, "inf": 0, "first_bad": "", "verdict": "PASS", "message": ""}
+        if not math.isfinite(base_err) or not math.isfinite(floor):
+            row.update(verdict="ERROR", message="the golden's or the baseline's sums are not finite "
+                       "here, so no bound can be formed (a harness problem, not the kernel's)")
+        elif not math.isfinite(err):
+            row.update(verdict="FAIL", message="the sums are not finite (see the tensor's golden row)")
+        elif err > bound:
+            names = "bh" if label == "t" else ""
+            serial = (f" + {tol.serial_share():g} x {terms} terms x element floor {element_floor:.3g}"
+                      if tol.serial_share() else "")
+            row.update(verdict="FAIL", first_bad=worst_index(diff, bool(names), names),
+                       message=f"the sum over {label}: err {err:.3g} (rel {row['rel']:.3g}) > bound "
+                               f"{bound:.3g} = {tol.factor:g} x baseline err {base_err:.3g} + "
+                               f"{min(tol.floor_factor, tol.ROUNDING):g} x floor {floor:.3g}{serial} + atol "
+                               f"{tol.atol:.3g}")
+        out.append((label, row))
+    return out
+
+
+def compare_variants(xa, xb, gold, bound: float, seq_layout: bool, expected_dtype=None,
+                     atol: float = math.nan) -> dict:
+    """Agreement of two implementations: max|xa - xb| within the sum of their golden bounds (and
+    `atol` the sum of their atols). The floor is the golden's rounding into `expected_dtype`; with
+    atol, the unit of the gate's noise model."""
     if xa is None or xb is None:
         return {"verdict": "FAIL", "message": "one of the two variants returned no tensor", "bound": bound}
     a64, b64 = xa.detach().to(torch.float64), xb.detach().to(torch.float64)
@@ -88,8 +159,11 @@ def compare_variants(xa, xb, gold, bound: float, seq_layout: bool) -> dict:
     gold_max = _max(gold.abs())
     nan_a, inf_a = nonfinite_counts(a64)
     nan_b, inf_b = nonfinite_counts(b64)
+    gold_clean = gold.where(torch.isfinite(gold), torch.zeros((), dtype=gold.dtype, device=gold.device))
+    floor = (_max((gold_clean.to(expected_dtype).to(torch.float64) - gold_clean).abs())
+             if expected_dtype is not None else math.nan)
     row = {"err": err, "rel": err / gold_max if gold_max else math.nan, "rms_rel": math.nan,
-           "base_err": math.nan, "floor": math.nan, "atol": math.nan, "bound": bound,
+           "base_err": math.nan, "floor": floor, "atol": atol, "bound": bound,
            "ratio": err / bound if bound else (0.0 if err == 0 else math.inf),
            "nan": nan_a + nan_b, "inf": inf_a + inf_b, "first_bad": first_bad_index(bad, seq_layout)}
     if bad.any():
@@ -97,7 +171,7 @@ def compare_variants(xa, xb, gold, bound: float, seq_layout: bool) -> dict:
                    f"{row['first_bad']}")
     elif err > bound:
         row.update(verdict="FAIL", message=f"variants differ by {err:.3g}, more than the sum of their "
-                   f"bounds {bound:.3g} (rel {row['rel']:.3g})")
+                   f"bounds {bound:.3g} (rel {row['rel']:.3g})", first_bad=worst_index(diff, seq_layout))
     else:
         row.update(verdict="PASS", message="")
     return row

@@ -1,8 +1,14 @@
-"""The streaming long-form CSV: rows are appended and flushed as each case finishes."""
+"""The streaming long-form CSV: each case's rows are appended and flushed as it finishes, and a
+run folder is read back for `--resume` so that the resumed run ends with the rows of one that was
+never interrupted."""
 from __future__ import annotations
 
+import collections
 import csv
+import io
 import math
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.schema import COLUMNS
@@ -21,10 +27,12 @@ class ResultWriter:
             self._writer.writeheader()
             self._file.flush()
 
-    def write(self, rows: list[dict]):
+    def write_case(self, rows: list[dict]):
+        """All rows of one case, each carrying their number (`case_rows`), flushed to disk."""
         for row in rows:
-            self._writer.writerow({c: _cell(row.get(c, "")) for c in COLUMNS})
+            self._writer.writerow({c: _cell(row.get(c, "")) for c in COLUMNS} | {"case_rows": len(rows)})
         self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self):
         self._file.close()
@@ -42,14 +50,58 @@ def _cell(value):
     return value
 
 
-def finished_cases(path: Path) -> tuple[set, str | None]:
-    """case_ids that already have rows in `path`, and the run id they were written under."""
+@dataclass
+class Finished:
+    """What a results file already holds: the cases with all their rows, the run id they were
+    written under, and a sentence about any case that had to be dropped ("" when none)."""
+    cases: set
+    run_id: str | None
+    dropped: str
+
+
+def read_finished(path: Path) -> Finished:
+    """The complete cases of `path`, after rewriting it without the rows of incomplete ones.
+
+    A case is complete when it has as many well-formed rows as its `case_rows` says. A row cut
+    short (the last line of a sweep killed while writing it), or a case with fewer rows than it
+    wrote, is dropped with every other row of its case, so that `--resume` runs the case again.
+    Raises ValueError when the file is not a results file of this harness."""
     path = Path(path)
-    if not path.exists():
-        return set(), None
-    done, run_id = set(), None
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            done.add(row["case_id"])
-            run_id = run_id or row["run_id"]
-    return done, run_id
+        text = f.read()
+    records = list(csv.reader(io.StringIO(text)))
+    if not records:
+        return Finished(set(), None, "")
+    if records[0] != COLUMNS:
+        raise ValueError(f"{path} is not a results file of this version of the harness (its "
+                         "columns differ); start the run again in another folder")
+    body = records[1:]
+    if body and not text.endswith("\n"):
+        body[-1] = body[-1][:-1] or [""]  # the last line lost its end: its last field may be cut
+    rows, suspects = [], set()
+    for fields in body:
+        if len(fields) == len(COLUMNS):
+            rows.append(dict(zip(COLUMNS, fields)))
+        elif len(fields) > 2:       # cut short after its case id: that case is incomplete
+            suspects.add(fields[1])
+        elif rows:                  # cut inside its case id: it may end the case before it
+            suspects.add(rows[-1]["case_id"])
+    torn = len(body) - len(rows)
+    counts = collections.Counter(r["case_id"] for r in rows)
+    complete = {case for case, n in counts.items()
+                if all(r["case_rows"] == str(n) for r in rows if r["case_id"] == case)} - suspects
+    kept = [r for r in rows if r["case_id"] in complete]
+    dropped = ""
+    if len(kept) < len(records) - 1:
+        lost = sorted((set(counts) | suspects) - complete)
+        cut = f"{torn} row(s) cut short; " if torn else ""
+        dropped = (f"{path}: {cut}{len(records) - 1 - len(kept)} row(s) of {len(lost)} incomplete "
+                   f"case(s) dropped, to run again: {', '.join(lost) or 'none'}")
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(kept)
+        tmp.replace(path)
+    run_id = kept[0]["run_id"] if kept else None
+    return Finished(complete, run_id, dropped)

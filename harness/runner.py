@@ -10,12 +10,13 @@ from typing import Callable
 
 import torch
 
+from fla_kernels.utils import interpreting
 from harness.cases import DTYPES, Case
 from harness.checks import (bitwise_equal, describe_difference, nan_filled_allocations,
                             segment_bounds)
 from harness.inputs import CaseInputs, make_inputs
 from harness.layer_checks import layer_rows
-from harness.metrics import compare_to_golden, compare_variants
+from harness.metrics import compare_sums, compare_to_golden, compare_variants
 from harness.registry import OpSpec, load_function
 from harness.schema import FINAL_STATE_UNUSED
 from harness.tolerance import tolerance_for
@@ -23,6 +24,12 @@ from harness.tolerance import tolerance_for
 
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 EXTRA_CHECKS = ("inputs", "determinism", "segments", "options", "layer")  # beyond the golden
+
+
+def can_race(impl: "Implementation") -> bool:
+    """Whether running `impl` twice can show a difference: not for our Triton kernels under the
+    interpreter, which runs every program serially; for every other implementation, yes."""
+    return not (impl.impl == "ours" and interpreting())
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,54 @@ class Execution:
     given: dict    # input name -> (the tensor the implementation received, the original it copies)
 
 
+class RunFailed(Exception):
+    """An implementation's run stopped before its gradients: it returned something the op does not
+    (`tensor` names it), or its backward raised. `forward` holds the outputs it returned that
+    match the op, which are still compared with the golden."""
+
+    def __init__(self, message: str, forward: dict, tensor: str = ""):
+        super().__init__(message)
+        self.forward, self.tensor = forward, tensor
+
+
+def _shape_text(shape, symbols) -> str:
+    return f"({', '.join(map(str, shape))}) [{', '.join(symbols)}]"
+
+
+def returned_problems(spec: OpSpec, case: Case, returned, t0: int, t1: int) -> tuple[dict, dict]:
+    """({name: tensor} of the forward outputs that match the op, {name: why} of those that do not)
+    for what one call over steps [t0, t1) returned: (o, final state), with o [B, t1 - t0, H, V]
+    and each state its declared shape, floating point."""
+    if not isinstance(returned, (tuple, list)) or len(returned) != 2:
+        what = type(returned).__name__ + (f" of {len(returned)}" if isinstance(returned, (tuple, list)) else "")
+        return {}, {"o": f"the call returned a {what}; the op returns the pair (o, final state)"}
+    o, finals = returned
+    dims = {**case.dims(), "T": t1 - t0}
+    wanted = [("o", o, ("B", "T", "H", "V"))]
+    if finals is not None:
+        finals_tuple = (finals,) if len(spec.states) == 1 else finals
+        if not isinstance(finals_tuple, (tuple, list)) or len(finals_tuple) != len(spec.states):
+            return ({}, {spec.final_state_names()[0]: f"the final state is a {type(finals).__name__}; "
+                         f"the op's is a tuple of {len(spec.states)} tensors"})
+        wanted += [(name, x, st.shape) for name, x, st in
+                   zip(spec.final_state_names(), finals_tuple, spec.states)]
+    good, bad = {}, {}
+    for name, x, symbols in wanted:
+        expected = tuple(dims[d] for d in symbols)
+        if x is None and name != "o":
+            good[name] = None
+        elif not isinstance(x, torch.Tensor):
+            bad[name] = f"{name} is a {type(x).__name__}, not a tensor"
+        elif not x.is_floating_point():
+            bad[name] = f"{name} is {str(x.dtype).replace('torch.', '')}, not floating point"
+        elif tuple(x.shape) != expected:
+            bad[name] = (f"{name} has shape {_shape_text(tuple(x.shape), symbols)}; the op's is "
+                         f"{_shape_text(expected, symbols)}")
+        else:
+            good[name] = x
+    return good, bad
+
+
 def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None,
                        segments=None, final_state="grad", without=(), h0_grad=True) -> Execution:
     """Forward and backward with the shared upstream gradients.
@@ -62,7 +117,8 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     backward runs through the whole chain. final_state: "grad" (returned, its upstream gradient in
     the loss), "unused" (returned, not in the loss) or "off" (output_final_state=False); the
     inputs named in `without` are passed as None; h0_grad=False passes a case's initial state
-    without requires_grad.
+    without requires_grad. What each call returns is checked against the op before anything
+    else uses it: RunFailed names a wrong shape or type, and a backward that raises.
     """
     def leaf(x, grad=True):
         x = x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
@@ -86,8 +142,15 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         args = [x[:, t0:t1] if name in sequence and x is not None else x
                 for name, x in zip(inputs.tensors, args)]
         state = None if finals is None else (finals[0] if single else finals)
-        o, finals = fn(*args, scale=inputs.scale, initial_state=state,
-                       output_final_state=final_state != "off" or t1 < case.T)
+        returned = fn(*args, scale=inputs.scale, initial_state=state,
+                      output_final_state=final_state != "off" or t1 < case.T)
+        good, bad = returned_problems(spec, case, returned, t0, t1)
+        if bad:
+            name, why = next(iter(bad.items()))
+            where = f" (segment [{t0}, {t1}))" if segments else ""
+            forward = {} if segments else {k: v.detach() for k, v in good.items() if v is not None}
+            raise RunFailed(f"returned wrong{where}: {why}", forward, name)
+        o, finals = returned
         pieces.append(o)
         finals = (finals,) if single else finals
     o = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
@@ -102,10 +165,14 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         if final is not None and final_state == "grad":
             outputs.append(final)
             grads.append(dht)
-    torch.autograd.backward(outputs, grads)
     result = {"o": o.detach()}
     for name, final in zip(spec.final_state_names(), finals):
         result[name] = None if final is None else final.detach()
+    try:
+        torch.autograd.backward(outputs, grads)
+    except Exception as exc:
+        raise RunFailed(f"backward raised {describe_error(exc)}",
+                        {} if segments else {k: v for k, v in result.items() if v is not None}) from exc
     for name, x in leaves.items():
         result["d" + name] = x.grad
     if case.h0 == "grad" and h0_grad:
@@ -178,10 +245,13 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
              checks=EXTRA_CHECKS, cache=None, where: dict | None = None) -> list[dict]:
     """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops.
 
-    Per implementation: one "golden" row per tensor, then those of `checks`: "inputs",
-    "determinism", "segments" (harness/checks.py), for T <= the op's loop_max_T (their goldens
-    are extra float64 runs) "options", and "layer" (harness/layer_checks.py); per pair of
-    variants, "agreement" rows. `cache`: a
+    Per implementation: one "golden" row per tensor, "aggregate" rows for each gradient of a
+    sequence input (its sums over tokens, and over batch, tokens and heads), then those of
+    `checks`: "inputs", "determinism" (where the implementation can race: `can_race`),
+    "segments" (harness/checks.py), for T <= the op's loop_max_T (their goldens are extra
+    float64 runs) "options", and "layer" (harness/layer_checks.py); per pair of variants,
+    "agreement" rows. An implementation that returns a wrong shape or whose backward raises
+    keeps the golden rows of the outputs it returned right, beside its ERROR row. `cache`: a
     GoldenCache for the goldens and baselines, or None. `where["step"]` names the step under way
     (for an error that escapes the case: a GPU error surfaces at a later call than its kernel's).
     """
@@ -219,6 +289,13 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
         start = time.perf_counter()
         try:
             run = _timed_run(impl.fn, spec, case, inputs, device)
+        except RunFailed as exc:
+            wall = time.perf_counter() - start
+            rows += [_row(case, impl, "golden", name, wall_s=wall, **against_golden(exc.forward, name))
+                     for name in names if name in exc.forward]
+            rows.append(run_row(case, impl, "ERROR", describe_error(exc), tensor=exc.tensor))
+            _release(device)
+            continue
         except Exception as exc:
             rows.append(run_row(case, impl, "ERROR", describe_error(exc)))
             _release(device)
@@ -229,10 +306,16 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             metrics = against_golden(run.result, name)
             bounds[(impl.variant, name)] = metrics.get("bound", math.nan)
             rows.append(_row(case, impl, "golden", name, wall_s=wall, **metrics))
+        for name in names:
+            if _seq_layout(spec, name) and name != "o":
+                rows += [_row(case, impl, "aggregate", f"{name} (sum over {over})", **metrics)
+                         for over, metrics in compare_sums(run.result.get(name), golden[name],
+                                                           baseline[name], tolerances[name],
+                                                           dtypes[name], case.B * case.H > 1)]
         if "inputs" in checks:
             where["step"] = f"{label}: the inputs check"
             rows.append(_inputs_row(case, impl, run))
-        if "determinism" in checks:
+        if "determinism" in checks and can_race(impl):
             where["step"] = f"{label}: the determinism check"
             rows.append(_determinism_row(spec, case, impl, inputs, device, run.result, names))
         if "segments" in checks:
@@ -251,7 +334,8 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
         for name in names:
             bound = bounds[(a.variant, name)] + bounds[(b.variant, name)]
             metrics = compare_variants(results[a.variant].get(name), results[b.variant].get(name),
-                                       golden[name], bound, _seq_layout(spec, name))
+                                       golden[name], bound, _seq_layout(spec, name), dtypes[name],
+                                       2 * tolerances[name].atol)
             rows.append({**_case_fields(case), "variant": f"{a.variant}~{b.variant}",
                          "impl": f"{a.impl}~{b.impl}", "check": "agreement", "tensor": name, **metrics})
     where["step"] = "the case's end (its memory freed after every check)"
@@ -358,11 +442,15 @@ def _case_fields(case: Case) -> dict:
     return {"case_id": case.case_id, **case.as_dict()}
 
 
-def run_row(case: Case, impl: Implementation, verdict: str, message: str) -> dict:
-    return _row(case, impl, "run", "", verdict=verdict, message=message)
+def run_row(case: Case, impl: Implementation, verdict: str, message: str, tensor: str = "") -> dict:
+    return _row(case, impl, "run", tensor, verdict=verdict, message=message)
 
 
 def describe_error(exc: BaseException) -> str:
+    """One line: the exception's type and the first and last lines of its text (a RunFailed is
+    already a sentence of the harness's)."""
+    if isinstance(exc, RunFailed):
+        return str(exc)[:500]
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     text = lines[0] if len(lines) <= 1 else f"{lines[0]} ... {lines[-1]}"
     return f"{type(exc).__name__}: {text}"[:500]

@@ -11,7 +11,7 @@ from tqdm import tqdm
 from harness.cases import Case
 from harness.environment import device, run_fields
 from harness.registry import OpSpec
-from harness.results import ResultWriter, finished_cases
+from harness.results import ResultWriter, read_finished
 from harness.runner import EXTRA_CHECKS, Implementation, describe_error, run_case, run_row
 
 
@@ -40,57 +40,71 @@ class SweepOutcome:
     wall_s: float
     cases_run: int
     cases_skipped: int
+    interrupted: bool = False   # Ctrl-C: the reports hold the cases that finished
+    dropped: str = ""           # what `--resume` dropped of an incomplete case, and why
 
 
 def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Path, run_id: str,
               resume: bool = False, progress: bool = True, checks=EXTRA_CHECKS,
-              cache=None, healthy=device_healthy) -> SweepOutcome:
-    """Run the planned cases in order; rows reach the CSV as each case finishes. `cache`: a
-    GoldenCache, or None to compute every golden.
+              cache=None, healthy=device_healthy, echo=print) -> SweepOutcome:
+    """Run the planned cases in order; each case's rows reach the CSV as it finishes. `cache`: a
+    GoldenCache, or None to compute every golden. With `resume`, the cases the CSV already holds
+    whole are skipped, so the run ends with the rows of one that was never interrupted.
 
     After every case `healthy(device)` is asked whether the GPU context survived; when it did
     not, the case's rows up to its first error and an ERROR row saying so are written and
-    DeviceLost is raised (the caller goes on in a new process with `resume`)."""
+    DeviceLost is raised (the caller goes on in a new process with `resume`). Ctrl-C stops
+    after the rows of the finished cases and renders the reports of those."""
     out_dir = Path(out_dir)
     csv_path = out_dir / "results.csv"
-    done, previous_id = finished_cases(csv_path) if resume else (set(), None)
+    finished = read_finished(csv_path) if resume and csv_path.exists() else None
+    if finished is not None and finished.dropped:
+        echo(finished.dropped, flush=True)
     if not resume and csv_path.exists():
         csv_path.unlink()
-    run_id = previous_id or run_id
+    done = finished.cases if finished else set()
+    run_id = (finished and finished.run_id) or run_id
     shared = {"run_id": run_id, **run_fields()}
     dev = device()
     start = time.perf_counter()
-    ran = skipped = 0
-    failures = 0
-    covered = set()  # (check, ...) keys of the once-per-group checks already run
+    ran = skipped = failures = 0
+    interrupted = False
+    case_checks = checks_per_case(plan, checks)
     with ResultWriter(csv_path) as writer:
         bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
-        for spec, case, impls in bar:
-            if case.case_id in done:
-                skipped += 1
-                continue
-            where = {}
-            try:
-                rows = run_case(spec, case, impls, dev, _case_checks(case, checks, covered), cache,
-                                where)
-                error = None
-            except Exception as exc:
-                if healthy(dev):
+        try:
+            for (spec, case, impls), own_checks in zip(bar, case_checks):
+                if case.case_id in done:
+                    skipped += 1
+                    continue
+                where = {}
+                try:
+                    rows = run_case(spec, case, impls, dev, own_checks, cache, where)
+                    error = None
+                except KeyboardInterrupt:
                     raise
-                rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
-            lost = error is not None or not healthy(dev)
-            if lost:
-                rows = _rows_before_loss(rows, case, impls, error)
-            failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
-            writer.write([{**shared, **r} for r in rows])
-            if lost:
-                raise DeviceLost(f"the GPU context was lost in case {case.case_id}: "
-                                 f"{rows[-1]['message']}")
-            ran += 1
-            bar.set_postfix_str(f"{case.op} {case.dtype} T={case.T} bad rows={failures}")
+                except Exception as exc:
+                    if healthy(dev):
+                        raise
+                    rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
+                lost = error is not None or not healthy(dev)
+                if lost:
+                    rows = _rows_before_loss(rows, case, impls, error)
+                failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
+                writer.write_case([{**shared, **r} for r in rows])
+                if lost:
+                    raise DeviceLost(f"the GPU context was lost in case {case.case_id}: "
+                                     f"{rows[-1]['message']}")
+                ran += 1
+                bar.set_postfix_str(f"{case.op} {case.dtype} T={case.T} bad rows={failures}")
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            bar.close()
     wall = time.perf_counter() - start
     html_path, md_path = _render(csv_path, out_dir, {"run_id": run_id, "wall_s": wall, **shared})
-    return SweepOutcome(csv_path, html_path, md_path, wall, ran, skipped)
+    return SweepOutcome(csv_path, html_path, md_path, wall, ran, skipped, interrupted,
+                        finished.dropped if finished else "")
 
 
 def _rows_before_loss(rows: list[dict], case: Case, impls, error: str | None) -> list[dict]:
@@ -108,21 +122,25 @@ def _rows_before_loss(rows: list[dict], case: Case, impls, error: str | None) ->
     return kept + [run_row(case, impl, "ERROR", message[:500]) for impl in suspects]
 
 
-def _case_checks(case: Case, checks, covered: set) -> tuple:
-    """The optional-argument combinations exercise argument handling, not numerics: they run on
-    the first case with T > 1 of each (op, dtype, initial-state option) of a sweep. The layer
-    check, which brings its own gates and state, on the first case with T > 1 of each (op,
-    dtype, T)."""
-    keep = []
-    for check in checks:
-        key = {"options": (check, case.op, case.dtype, case.h0),
-               "layer": (check, case.op, case.dtype, case.T)}.get(check)
-        if key is not None:
-            if key in covered or case.T < 2:
-                continue
-            covered.add(key)
-        keep.append(check)
-    return tuple(keep)
+def checks_per_case(plan, checks) -> list[tuple]:
+    """The checks each planned case runs. The optional-argument combinations exercise argument
+    handling, not numerics: they run on the first case with T > 1 of each (op, dtype,
+    initial-state option) of the plan; the layer check, which brings its own gates and state, on
+    the first case with T > 1 of each (op, dtype, T). Taken from the plan alone, so a resumed run
+    gives each check to the same case as an uninterrupted one."""
+    covered, out = set(), []
+    for _, case, _ in plan:
+        keep = []
+        for check in checks:
+            key = {"options": (check, case.op, case.dtype, case.h0),
+                   "layer": (check, case.op, case.dtype, case.T)}.get(check)
+            if key is not None:
+                if key in covered or case.T < 2:
+                    continue
+                covered.add(key)
+            keep.append(check)
+        out.append(tuple(keep))
+    return out
 
 
 def _render(csv_path: Path, out_dir: Path, meta: dict):

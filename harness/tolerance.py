@@ -34,9 +34,25 @@ class Tolerance:
     factor: float
     atol: float
     floor_factor: float = 2.0
+    ROUNDING = 2.0   # of a floor factor, the final rounding's share; the rest is accumulation (fp32)
 
     def bound(self, base_err: float, floor: float) -> float:
         return self.factor * base_err + self.floor_factor * floor + self.atol
+
+    def serial_share(self) -> float:
+        """The floor factor's share beyond the final rounding: what the tolerance allows each
+        element for serial accumulation (fp32); 0 where the floor factor is the rounding alone."""
+        return max(self.floor_factor - self.ROUNDING, 0.0)
+
+    def sum_bound(self, base_err: float, floor: float, element_floor: float, terms: int) -> float:
+        """The bound of a sum of `terms` elements of a tensor: factor times the baseline's error of
+        the same sum, the rounding share of the floor factor times the sum's own floor (final
+        roundings are independent and have no sign), and the serial-accumulation share once per
+        element (a kernel that accumulates along t in fp32, as a gate gradient's suffix sums do,
+        moves neighbouring elements' errors together, so a sum of them takes each element's
+        allowance whole), plus atol."""
+        return (self.factor * base_err + min(self.floor_factor, self.ROUNDING) * floor
+                + self.serial_share() * terms * element_floor + self.atol)
 
 
 def tolerance_for(op: str, tensor: str, dtype: str, T: int = 1, tensor_dtype: str | None = None) -> Tolerance:

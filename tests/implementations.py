@@ -167,3 +167,44 @@ def chunk_with_coarse_gate_grad(r, k, v, w, u, **kw):
     gradient through a narrow intermediate would: dw's error grows several-fold, the rest is ours."""
     from fla_kernels.ops.rwkv6 import chunk_rwkv6
     return chunk_rwkv6(r, k, v, _OnGradient.apply(w, _keep_bits), u, **kw)
+
+
+class _RoundedUp(torch.autograd.Function):
+    """Hands its input on in float32 and rounds the float32 gradient back to the input's dtype
+    towards +inf instead of to nearest: each element is off by at most one rounding, on average
+    half of one, always in the same direction."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.dtype = x.dtype
+        return x.float()
+
+    @staticmethod
+    def backward(ctx, grad):
+        nearest = grad.to(ctx.dtype)
+        below = nearest.float() < grad
+        return torch.where(below, torch.nextafter(nearest, torch.full_like(nearest, math.inf)), nearest)
+
+
+def gate_grad_rounded_up(r, k, v, w, u, **kw):
+    """dw rounded towards +inf where a kernel should round to nearest (a store that truncates the
+    wrong way): every element within its bound, their sums not."""
+    return baseline_like(r, k, v, _RoundedUp.apply(w), u, **kw)
+
+
+def o_one_step_short(r, k, v, w, u, **kw):
+    """Returns o without its last step; the final state is right."""
+    o, ht = baseline_like(r, k, v, w, u, **kw)
+    return o[:, :-1], ht
+
+
+def returns_o_only(r, k, v, w, u, **kw):
+    """Returns o alone where the op returns (o, final state)."""
+    return baseline_like(r, k, v, w, u, **kw)[0]
+
+
+def slow(r, k, v, w, u, **kw):
+    """baseline_like, a second slower per call (time for a test to interrupt a sweep)."""
+    import time
+    time.sleep(1.0)
+    return baseline_like(r, k, v, w, u, **kw)

@@ -5,7 +5,6 @@ import sys
 
 import pytest
 
-from fla_kernels.utils import interpreting
 from harness.cli import main
 
 GOOD = "chunk=tests.implementations:baseline_like"
@@ -53,9 +52,8 @@ def test_passing_sweep_exits_0_and_writes_csv_html_markdown(tmp_path, capsys):
     rows = _rows(tmp_path / "results.csv")
     assert len([r for r in rows if r["check"] == "golden"]) == 2 * 8
     assert {r["verdict"] for r in rows} == {"PASS"}
-    serial = {"determinism"} if interpreting() else set()  # the interpreter cannot race
-    assert {r["check"] for r in rows} == {"golden", "inputs", "determinism", "segments", "options",
-                                          "layer"} - serial
+    assert {r["check"] for r in rows} == {"golden", "aggregate", "inputs", "determinism", "segments",
+                                          "options", "layer"}
     assert {r["impl"] for r in rows} == {"tests.implementations:baseline_like"}
     assert (tmp_path / "report.html").stat().st_size > 0
     assert "PASS" in (tmp_path / "summary.md").read_text()
@@ -69,7 +67,7 @@ def test_failing_sweep_exits_1(tmp_path):
     in_layer = [r["tensor"] for r in failing if r["check"] == "layer"]
     assert in_layer and all(t.startswith("dw_proj.") for t in in_layer)  # the layer's gate weights
     assert [(r["check"], r["tensor"]) for r in failing if r["check"] != "layer"] == [
-        ("golden", "dw"), ("segments", "dw"), ("options", "dw (no final state)"),
+        ("golden", "dw"), ("aggregate", "dw (sum over t)"), ("segments", "dw"), ("options", "dw (no final state)"),
         ("options", "dw (final state not in the loss)"), ("options", "dw (initial state without gradient)")]
 
 
@@ -77,7 +75,7 @@ def test_checks_none_leaves_the_golden_rows_and_the_second_sweep_reads_stored_go
     args = ["sweep", "--op", "rwkv6", "--dtype", "bf16", "--impl", GOOD, "--checks", "none",
             "--golden-cache", str(tmp_path / "goldens")] + SMALL
     assert main(args + ["--out", str(tmp_path / "a")]) == 0
-    assert {r["check"] for r in _rows(tmp_path / "a" / "results.csv")} == {"golden"}
+    assert {r["check"] for r in _rows(tmp_path / "a" / "results.csv")} == {"golden", "aggregate"}
     assert "0 stored, 1 computed" in capsys.readouterr().out
     assert main(args + ["--out", str(tmp_path / "b")]) == 0
     assert "1 stored, 0 computed" in capsys.readouterr().out
@@ -97,7 +95,8 @@ def test_resume_skips_finished_cases(tmp_path):
     assert main(args + ["--T", "3,5", "--resume"]) == 0
     second = _rows(tmp_path / "results.csv")
     assert second[:len(first)] == first
-    assert len(second) == 2 * len(first)
+    added = {r["check"] for r in second[len(first):]}
+    assert "golden" in added and "options" not in added  # the options check went to T=3
     assert {r["run_id"] for r in second} == {first[0]["run_id"]}
 
 

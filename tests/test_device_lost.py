@@ -113,11 +113,12 @@ def test_the_cli_restarts_the_same_sweep_resuming_into_the_same_folder(tmp_path,
 
     monkeypatch.setattr("harness.sweep.run_sweep", lose)
     monkeypatch.setattr(cli.os, "execv", execv)
-    argv = ["sweep", "--op", "rwkv6", "--preset", "smoke", "--quiet", "--out", str(tmp_path)]
+    argv = ["sweep", "--op", "rwkv6", "--preset", "smoke", "--out", str(tmp_path), "--quiet"]
     with pytest.raises(SystemExit):
         cli.main(argv)
-    assert calls == [(sys.executable, [sys.executable, "-m", "harness", *argv, "--resume",
-                                       "--out", str(tmp_path)])]
+    assert calls == [(sys.executable, [sys.executable, "-m", "harness", "sweep", "--op", "rwkv6",
+                                       "--preset", "smoke", "--quiet", "--resume", "--out",
+                                       str(tmp_path)])]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU whose context a kernel can kill")
