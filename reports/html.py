@@ -1,6 +1,8 @@
 """One self-contained HTML page for a results frame: inline CSS and JS, plots as base64 PNGs,
-no external references. Failures come first, then the full table (sortable, filterable), then
-the plots. Every piece of text from the data or `meta` is escaped."""
+no external references. Failures come first, then the worst err/bound tables, the full table
+(sortable, filterable), then the plots. The page fits a 1400 px window: tables leave out the
+columns that hold one value (a note gives it), hide the rarely read ones behind "more columns"
+and wrap long names. Every piece of text from the data or `meta` is escaped."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -8,30 +10,56 @@ import html as _html
 import os
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from .patterns import failure_patterns
 from .plots import error_vs_T_figure, png_data_uri, ratio_vs_T_figure
-from .results import (FLOAT_COLUMNS, INT_COLUMNS, RUN_COLUMNS, coerce_results, fmt_num,
-                      run_meta, summarize, tensor_sort_key)
+from .results import (FLOAT_COLUMNS, INT_COLUMNS, RUN_COLUMNS, _plain_impl, coerce_results,
+                      fmt_num, run_meta, subject, summarize, tensor_group, tensor_sort_key,
+                      worst_ratio)
 
 # err/bound colour bands: green below AMBER_FROM, amber up to 1, red above 1, grey for NaN.
 AMBER_FROM = 0.75
-# Columns the full table keeps even when every row has the same value (others go to a note).
-ALWAYS_SHOWN = ("case_id", "op", "variant", "impl", "dtype", "T", "check", "tensor", "err",
-                "bound", "ratio", "verdict", "message")
+# Columns the full table and the failures table keep even when every row has the same value
+# (others go to a note).
+ALWAYS_SHOWN = ("case_id", "variant", "dtype", "T", "check", "tensor", "err", "bound", "ratio",
+                "verdict")
+# Columns of the full table hidden until "more columns" is ticked, so that it fits the page: the
+# case's axes but dtype and T (its id has them all), the terms of the bound, where the result went
+# bad, and bookkeeping.
+MORE_COLUMNS = ("B", "H", "K", "V", "M", "h0", "gate", "seed", "rms_rel", "base_err", "floor",
+                "atol", "nan", "inf", "first_bad", "wall_s", "case_rows")
 FILTER_COLUMNS = ("op", "variant", "impl", "dtype", "check", "tensor", "verdict")
 FAILURE_COLUMNS = ("verdict", "case_id", "op", "variant", "dtype", "tensor", "check", "ratio", "err",
                    "bound", "message", "shape", "h0", "gate", "impl", "nan", "inf", "first_bad")
+FAILURE_KEPT = ("verdict", "case_id", "variant", "dtype", "tensor", "check", "ratio", "err",
+                "bound", "message")
+# Long values wrap (at spaces and the "~" of a variant pair) where the page is too narrow for them,
+# instead of widening it; in the failures table, whose rows are tall anyway, case ids do too.
+WRAP_COLUMNS = {"tensor": "white-space:normal;min-width:8ch;max-width:19ch",
+                "variant": "white-space:normal", "impl": "white-space:normal"}
+FAILURE_WRAP = {**WRAP_COLUMNS, "case_id": "white-space:normal;min-width:17ch;max-width:22ch",
+                "shape": "white-space:normal;max-width:10ch",
+                "first_bad": "white-space:normal;max-width:10ch"}
+# A NaN in these columns is the result's own (a kernel that returned NaN) where the row counted NaN
+# or Inf in the result; any other NaN means the row has no such number (an agreement row has no
+# floor, an inputs row no err), and its cell stays empty.
+MEASURED = ("err", "rel", "rms_rel", "ratio")
+# Checks with a verdict and no numbers: a column of the worst err/bound tables, on the row of the
+# variant they check.
+WHOLE_RUN = ("inputs", "determinism")
 
 _CSS = """
 body{font:13px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 24px;color:#222}
 h1{font-size:20px;margin:0 0 8px}h2{font-size:16px;margin:22px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:14px;margin:14px 0 4px}
 table{border-collapse:collapse;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #ddd;padding:2px 6px;text-align:left;white-space:nowrap;vertical-align:top}
+th,td{border:1px solid #ddd;padding:2px 5px;text-align:left;white-space:nowrap;vertical-align:top}
 th{background:#f3f3f3;position:sticky;top:0;z-index:1}
-table.meta th{position:static;text-align:right}
-.scroll{max-height:75vh;overflow:auto;border:1px solid #ccc;display:inline-block;max-width:100%}
+.sortable{font-size:12px}.sortable th{white-space:normal}
+table.meta th{position:static;text-align:right}table.meta td{white-space:normal;max-width:110ch}
+.scroll{max-height:75vh;overflow:auto;scrollbar-gutter:stable;border:1px solid #ccc;display:inline-block;max-width:100%}
 .sortable th{cursor:pointer;user-select:none}
 .sortable th[data-dir=asc]::after{content:" \\25B2"}.sortable th[data-dir=desc]::after{content:" \\25BC"}
 .r-ok{background:#d8f0d8}.r-near{background:#ffe2a8}.r-bad{background:#f7b9b9;font-weight:600}
@@ -41,9 +69,9 @@ table.meta th{position:static;text-align:right}
 .badge{display:inline-block;padding:3px 10px;margin-right:6px;border-radius:10px;font-weight:600}
 .headline{font-size:18px;font-weight:700;padding:4px 12px;border-radius:4px;display:inline-block}
 .headline.PASS{background:#d8f0d8}.headline.FAIL{background:#f08080}.headline.EMPTY{background:#e6e6e6}
-td.msg{max-width:60ch;overflow:hidden;text-overflow:ellipsis}
-td.msg.open{white-space:pre-wrap;overflow:visible;max-width:none}
-.fail-table td.msg{white-space:pre-wrap;min-width:40ch;max-width:90ch;font-family:ui-monospace,monospace;font-size:12px}
+td.msg{max-width:26ch;overflow:hidden;text-overflow:ellipsis;cursor:pointer}
+td.msg.open{white-space:pre-wrap;overflow:visible}
+.fail-table td.msg{white-space:pre-wrap;min-width:34ch;max-width:52ch;font-family:ui-monospace,monospace;font-size:11px}
 .filters{margin:6px 0;display:flex;flex-wrap:wrap;gap:8px;align-items:center}
 .filters input[type=search]{width:28em;padding:3px}
 .note{color:#666;font-size:12px}
@@ -96,6 +124,8 @@ function applyFilter(){
   var n=applyRows(st);
   document.getElementById('shown').textContent=n+' of '+st.cells.length+' rows shown';}
 Array.prototype.forEach.call(document.querySelectorAll('table.sortable'),setup);
+Array.prototype.forEach.call(document.querySelectorAll('input.more-cols'),function(b){
+  b.addEventListener('change',function(){document.getElementById(b.getAttribute('data-table')).classList.toggle('less',!b.checked);});});
 window.rptSort=sortTable;window.rptFilter=applyFilter;
 var box=document.getElementById('filter-text');
 if(box){box.addEventListener('input',applyFilter);
@@ -126,76 +156,129 @@ def _is_num(col: str) -> bool:
     return col in INT_COLUMNS or col in FLOAT_COLUMNS
 
 
-def _num(val, verdict: str) -> str:
-    """A number for a cell; NaN is blank except on FAIL rows, where it is the finding."""
+def _num(val, real_nan: bool = False) -> str:
+    """A number for a cell; NaN is blank (no such number for the row) unless `real_nan`: the
+    result itself was NaN there."""
     txt = fmt_num(val)
-    return "" if txt == "nan" and verdict != "FAIL" else txt
+    return "" if txt == "nan" and not real_nan else txt
 
 
-def _cell(col: str, val, verdict: str) -> str:
+def _cell(col: str, val, verdict: str, real_nan: bool = False) -> str:
     if col == "ratio":
         cls = "r-bad" if verdict == "FAIL" else ratio_class(val)
-        return f'<td class="{cls}">{_e(_num(val, verdict))}</td>'
+        return f'<td class="{cls}">{_e(_num(val, real_nan))}</td>'
     if _is_num(col):
-        return f"<td>{_e(_num(val, verdict))}</td>"
+        return f"<td>{_e(_num(val, real_nan))}</td>"
     if col == "verdict":
         return f'<td class="v-{_e(val)}">{_e(val)}</td>'
     if col == "message":
         return f'<td class="msg" title="{_e(val)}">{_e(val)}</td>' if val else "<td></td>"
+    if col in ("variant", "impl"):  # a pair may wrap after its "~"
+        return f"<td>{_e(val).replace('~', '~<wbr>')}</td>"
     return f"<td>{_e(val)}</td>"
 
 
+def _result_cell(col: str, val, ctx: tuple) -> str:
+    """A cell of the failures or the full table; ctx: (verdict, whether the result had NaN/Inf)."""
+    verdict, bad_result = ctx
+    return _cell(col, val, verdict, bad_result and col in MEASURED)
+
+
+def _head(col: str) -> str:
+    """A column header that may wrap after "_" or "." when long ("verdict_baseline")."""
+    text = _e(col)
+    return text.replace("_", "_<wbr>").replace(".", ".<wbr>") if len(col) > 12 else text
+
+
 def _table(df: pd.DataFrame, columns: Iterable[str], table_id: str, cls: str = "",
-           cell=_cell, is_num=_is_num, context: str | tuple = "verdict") -> str:
+           cell=_cell, is_num=_is_num, context: str | tuple = "verdict",
+           col_css: dict | None = None, more: Iterable[str] = ()) -> str:
     """A sortable table of `columns` of `df` (the JS hooks on `table_id`). Each cell is
     `cell(col, value, ctx)`, ctx being the row's `context` column (a tuple of values when
-    `context` is a tuple of columns); `is_num(col)` marks columns sorted and aligned as numbers."""
+    `context` is a tuple of columns); `is_num(col)` marks columns sorted and aligned as numbers.
+    `col_css` styles whole columns; the columns of `more` are hidden until a "more columns" box
+    above the table is ticked."""
     columns = [c for c in columns if c in df.columns]
+    more = [c for c in more if c in columns]
     head = "".join(f'<th data-col="{_e(c)}"{" data-num" if is_num(c) else ""} '
-                   f'title="click to sort">{_e(c)}</th>' for c in columns)
+                   f'title="click to sort">{_head(c)}</th>' for c in columns)
     ctxs = (df[context] if isinstance(context, str)
             else df[list(context)].itertuples(index=False, name=None))
     body = []
     for ctx, row in zip(ctxs, df[columns].itertuples(index=False, name=None)):
         body.append("<tr>" + "".join(cell(c, v, ctx) for c, v in zip(columns, row)) + "</tr>")
-    # Right-align numeric columns with one CSS rule per column instead of a class per cell.
-    align = ",".join(f"#{table_id} td:nth-child({i + 1})" for i, c in enumerate(columns) if is_num(c))
-    style = f"<style>{align}{{text-align:right}}</style>" if align else ""
-    ident = f' id="{_e(table_id)}"'
-    return (f'{style}<div class="scroll"><table{ident} class="sortable {cls}"><thead><tr>{head}</tr>'
-            f'</thead><tbody>\n' + "\n".join(body) + "\n</tbody></table></div>")
+    # Style columns with one CSS rule each instead of a class per cell.
+    nth = {c: f"#{table_id} td:nth-child({i + 1})" for i, c in enumerate(columns)}
+    rules = [f"{nth[c]}{{{css}}}" for c, css in (col_css or {}).items() if c in nth]
+    if any(is_num(c) for c in columns):
+        rules.append(",".join(nth[c] for c in columns if is_num(c)) + "{text-align:right}")
+    if more:
+        rules.append(",".join(f"#{table_id}.less {t}:nth-child({columns.index(c) + 1})"
+                              for c in more for t in ("td", "th")) + "{display:none}")
+    style = f"<style>{''.join(rules)}</style>" if rules else ""
+    toggle = (f'<label class="note"><input type="checkbox" class="more-cols" data-table='
+              f'"{_e(table_id)}"> more columns: {_e(", ".join(more))}</label>' if more else "")
+    classes = " ".join(c for c in ("sortable", cls, "less" if more else "") if c)
+    return (f'{style}{toggle}<div class="scroll"><table id="{_e(table_id)}" class="{classes}">'
+            f'<thead><tr>{head}</tr></thead><tbody>\n' + "\n".join(body)
+            + "\n</tbody></table></div>")
 
 
 def _shapes(df: pd.DataFrame) -> list:
-    """"B2 T4096 H2 K64 V64" (M when set) per row."""
+    """"B2 T4096 H2 K64 V64" (M when set, not 0) per row."""
     dims = [c for c in ("B", "T", "H", "K", "V", "M") if df[c].notna().any()]
-    return [" ".join(f"{c}{fmt_num(v)}" for c, v in zip(dims, vals) if v is not pd.NA and v == v)
+    return [" ".join(f"{c}{fmt_num(v)}" for c, v in zip(dims, vals)
+                     if v is not pd.NA and v == v and not (c == "M" and v == 0))
             for vals in df[dims].itertuples(index=False, name=None)]
 
 
-def _pivot(worst: pd.DataFrame) -> str:
-    """Worst err/bound per (op, subject, dtype) x tensor, as a coloured table."""
-    if worst.empty:
-        return '<p class="note">No rows with an err/bound.</p>'
-    tensors = sorted(worst["tensor"].unique(), key=tensor_sort_key)
-    head = "".join(f"<th>{_e(h)}</th>" for h in ("op", "variant", "dtype")) + "".join(
-        f'<th data-num title="worst err/bound of {_e(t)}">{_e(t)}</th>' for t in tensors)
+def _worst_cell(r) -> str:
+    """A cell of a worst err/bound table: the ratio, or the verdict of a check without one."""
+    if r is None:
+        return "<td></td>"
+    tip = (f"worst: {r.check} row of case {r.case_id}, T={fmt_num(r.T)}; {r.rows} rows, "
+           f"{r.fails} FAIL")
+    if r.ratio != r.ratio:
+        cls = "r-bad" if r.verdict == "FAIL" else f"v-{r.verdict}"
+        return f'<td class="{_e(cls)}" title="{_e(tip)}">{_e(r.verdict)}</td>'
+    cls = "r-bad" if r.verdict == "FAIL" else ratio_class(r.ratio)
+    return f'<td class="{cls}" title="{_e(tip)}">{_e(fmt_num(r.ratio))}</td>'
+
+
+def _pivot(worst: pd.DataFrame, table_id: str, order: dict) -> str:
+    """One worst err/bound table: a row per (subject, dtype), a column per tensor it has,
+    in `order` ({tensor: rank})."""
+    tensors = sorted(worst["tensor"].unique(), key=lambda t: (tensor_sort_key(t)[0], order[t]))
+    head = "<th>variant</th><th>dtype</th>" + "".join(
+        f'<th data-num title="worst err/bound of {_e(t)}">{_head(t)}</th>' for t in tensors)
     body = []
-    for (op, subj, dt), g in worst.groupby(["op", "subject", "dtype"], sort=True):
+    for (subj, dt), g in worst.groupby(["subject", "dtype"], sort=True):
         by_t = {t: r for t, r in zip(g["tensor"], g.itertuples())}
-        cells = []
-        for t in tensors:
-            r = by_t.get(t)
-            if r is None:
-                cells.append("<td></td>")
-            else:
-                tip = f"worst: case {r.case_id} T={fmt_num(r.T)}; {r.rows} rows, {r.fails} FAIL"
-                cls = "r-bad" if r.verdict == "FAIL" else ratio_class(r.ratio)
-                cells.append(f'<td class="{cls}" title="{_e(tip)}">{_e(fmt_num(r.ratio))}</td>')
-        body.append(f"<tr><td>{_e(op)}</td><td>{_e(subj)}</td><td>{_e(dt)}</td>{''.join(cells)}</tr>")
-    return (f'<style>#worst-table td:nth-child(n+4){{text-align:right}}</style><div class="scroll">'
-            f'<table id="worst-table" class="sortable"><thead><tr>{head}</tr></thead><tbody>'
+        body.append(f"<tr><td>{_e(subj)}</td><td>{_e(dt)}</td>"
+                    + "".join(_worst_cell(by_t.get(t)) for t in tensors) + "</tr>")
+    return (f'<style>#{table_id} td:nth-child(n+3){{text-align:right}}</style><div class="scroll">'
+            f'<table id="{table_id}" class="sortable worst"><thead><tr>{head}</tr></thead><tbody>'
             + "\n".join(body) + "</tbody></table></div>")
+
+
+def _worst_tables(df: pd.DataFrame) -> str:
+    """Worst err/bound per variant and dtype (rows) and tensor (columns): a table per op for its
+    kernels and one for its layer, each with the tensors its rows have. Rows of options,
+    segments and sums count as their tensor ("dw (no final state)" as dw) on rows of their own;
+    checks with a verdict only ("inputs") are columns of the variant's own row."""
+    df = df[df["check"] != "run"]
+    if df.empty:
+        return '<p class="note">No rows with an err/bound.</p>'
+    layer, whole = df["check"].eq("layer"), df["check"].isin(WHOLE_RUN)
+    keyed = df.assign(subject=subject(df.assign(check=df["check"].mask(layer | whole, "golden"))),
+                      tensor=tensor_group(df), part=df["op"] + np.where(layer, " layer", ""))
+    order = {t: i for i, t in enumerate(pd.unique(keyed["tensor"]))}
+    worst = worst_ratio(keyed, ["part", "subject", "dtype", "tensor"])
+    out = []
+    for i, (part, w) in enumerate(worst.groupby("part", sort=True)):
+        out.append(f"<h3>{_e(part)}</h3>")
+        out.append(_pivot(w, "worst-table" + (f"-{i}" if i else ""), order))
+    return "\n".join(out)
 
 
 def _filters(df: pd.DataFrame, columns: Iterable[str] = FILTER_COLUMNS,
@@ -213,6 +296,45 @@ def _filters(df: pd.DataFrame, columns: Iterable[str] = FILTER_COLUMNS,
     parts.append('<button type="button" id="filter-clear">clear</button>')
     parts.append('<span id="shown" class="note"></span>')
     return '<div class="filters">' + "".join(parts) + "</div>"
+
+
+def _left_out(df: pd.DataFrame, keep, where_set: bool = True) -> dict:
+    """{column: value} for the columns of `df` (but `keep`) that tell nothing row by row, so that a
+    table leaves them out and a note gives the value: one value in every row (`where_set`: in
+    every row that has one; "" when none has), and `impl` when each variant has one implementation
+    ("variant = impl" for those that are not the variant itself)."""
+    if len(df) < 2:
+        return {}
+    out = {}
+    for c in df.columns:
+        values = list(pd.unique(df[c]))
+        if where_set or len(values) == 1:
+            values = [v for v in values if not (v is pd.NA or v != v or v == "")]
+        if c not in keep and len(values) <= 1:
+            out[c] = values[0] if values else ""
+    if "impl" in df and "impl" not in keep and "impl" not in out \
+            and (df.groupby("variant")["impl"].nunique() <= 1).all():
+        pairs = df.drop_duplicates(["variant", "impl"])
+        named = [f"{v} = {i}" for v, i, o in zip(pairs["variant"], pairs["impl"], pairs["op"])
+                 if not _plain_impl(i, v, o)]
+        out["impl"] = "; ".join(named) if named else ", ".join(sorted(set(pairs["impl"])))
+    return out
+
+
+def _same_note(lead: str, same: dict) -> str:
+    """A note naming the columns `_left_out` took out of a table, with their values."""
+    if not same:
+        return ""
+    parts = [f"{c}: {v}" if c.startswith("impl") else f"{c}={_num(v) if _is_num(c) else v}"
+             for c, v in same.items() if v != ""]
+    empty = [c for c, v in same.items() if v == ""]
+    parts += ["empty: " + " ".join(empty)] if empty else []
+    return f'<p class="note">{_e(lead)}: {_e(", ".join(parts))}</p>'
+
+
+def _with_bad_result(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with `_bad`: the row counted NaN or Inf in its result (see MEASURED)."""
+    return df.assign(_bad=(df["nan"].fillna(0) > 0) | (df["inf"].fillna(0) > 0))
 
 
 def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) -> str:
@@ -249,32 +371,29 @@ def render_html(df: pd.DataFrame, meta: dict | None = None, plots: bool = True) 
         out.append('<p class="note">What the failures share:</p><ul class="patterns">'
                    + "".join(f"<li>{_e(p)}</li>" for p in shared) + "</ul>")
     if len(fails):
-        fails = fails.assign(shape=_shapes(fails))
-        out.append(_table(fails, FAILURE_COLUMNS, "failures-table", cls="fail-table"))
+        fails = _with_bad_result(fails.assign(shape=_shapes(fails)))
+        same = _left_out(fails[[c for c in FAILURE_COLUMNS if c in fails]], FAILURE_KEPT, False)
+        out.append(_same_note("The same in every failure, so left out of the table", same))
+        out.append(_table(fails, [c for c in FAILURE_COLUMNS if c not in same], "failures-table",
+                          cls="fail-table", cell=_result_cell, context=("verdict", "_bad"),
+                          col_css=FAILURE_WRAP))
     else:
         out.append('<p class="note">No FAIL or ERROR rows.</p>')
 
     out.append('<h2 id="worst">Worst err/bound per variant and tensor</h2>')
-    out.append('<p class="note">green &lt; %g, amber up to 1, red above 1 (fails), grey: no ratio. '
-               "Hover a cell for the worst case.</p>" % AMBER_FROM)
-    out.append(_pivot(s["worst_detail"]))
+    out.append('<p class="note">green &lt; %g, amber up to 1, red above 1 (fails); checks without '
+               "an err/bound show their verdict. Hover a cell for the worst case.</p>" % AMBER_FROM)
+    out.append(_worst_tables(df))
 
     out.append(f'<h2 id="results-h">All results ({len(df)} rows)</h2>')
-    const = [c for c in df.columns if len(df) > 1 and c not in ALWAYS_SHOWN
-             and df[c].nunique(dropna=False) <= 1]
-    cols = [c for c in df.columns if c not in const]
-    same = [c for c in const if c not in RUN_COLUMNS]  # run columns are in the header already
-    if same:
-        vals = {c: _num(df[c].iloc[0], "") if _is_num(c) else df[c].iloc[0] for c in same}
-        parts = [f"{_e(c)}={_e(v)}" for c, v in vals.items() if v != ""]
-        empty = [_e(c) for c, v in vals.items() if v == ""]
-        if empty:
-            parts.append("empty: " + " ".join(empty))
-        out.append('<p class="note">Same in every row, so left out of the table: '
-                   + ", ".join(parts) + "</p>")
-    out.append(_filters(df))
+    same = _left_out(df, ALWAYS_SHOWN)
+    run_same = {c: v for c, v in same.items() if c not in RUN_COLUMNS}  # in the header already
+    out.append(_same_note("The same in every row that has one, so left out of the table", run_same))
+    out.append(_filters(df, [c for c in FILTER_COLUMNS if c not in same]))
     out.append('<p class="note">Click a column header to sort; click a message to expand it.</p>')
-    out.append(_table(df, cols, "results"))
+    out.append(_table(_with_bad_result(df), [c for c in df.columns if c not in same], "results",
+                      cell=_result_cell, context=("verdict", "_bad"), col_css=WRAP_COLUMNS,
+                      more=MORE_COLUMNS))
 
     out.append('<h2 id="plots">Error against T</h2>')
     figs = [("relative error vs T", error_vs_T_figure), ("err/bound vs T", ratio_vs_T_figure)]

@@ -38,7 +38,7 @@ def render_terminal(df: pd.DataFrame, max_failures: int = 10, width: int = 160) 
             flag = f"  {r.fails} FAIL" if r.fails else ""
             check = "" if "[" in str(r.subject) else f" {r.check}"
             where = f"{r.subject}{check} T={fmt_num(r.T)} case {r.case_id}"
-            value = r.verdict if r.check in ("inputs", "determinism") else fmt_num(r.ratio)
+            value = fmt_num(r.ratio) if r.ratio == r.ratio else r.verdict  # no ratio: the verdict
             line = f"  {r.tensor or '-':<6} {value:>8}{flag}  ({where})"
             lines.append(_one_line(line, width))
     shared = failure_patterns(df)

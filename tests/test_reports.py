@@ -222,7 +222,8 @@ def test_html_table_hooks_and_colours(mixed_html):
     assert '<td class="r-na"></td>' in by_case["rwkv6-error"]
     assert '<td class="v-ERROR">ERROR</td>' in by_case["rwkv6-error"]
     assert '<td class="r-bad">inf</td>' in by_case["gla-nan"]
-    assert '<td class="r-bad">nan</td>' in by_case["gla-shape"]  # a NaN FAIL is red, not grey
+    assert '<td class="r-bad"></td>' in by_case["gla-shape"]  # no ratio to show, still red
+    assert not re.search(r"<td[^>]*>nan</td>", results)  # NaN: a number the row does not have
 
 
 def test_html_embeds_plots(mixed_html):
@@ -279,7 +280,7 @@ def test_terminal(mixed_df, pass_df):
     assert "[rwkv6-error]: bad shape <script>" in t  # plain text: no escaping needed
     worst = [l.split() for l in lines if l.startswith("  ") and not l.startswith("  FAIL")
              and not l.startswith("  ERROR")]
-    assert [w[:2] for w in worst[:3]] == [["o", "inf"], ["ht", "nan"], ["dk", "5"]]
+    assert [w[:2] for w in worst[:3]] == [["o", "inf"], ["ht", "FAIL"], ["dk", "5"]]
     ok = render_terminal(pass_df)
     assert ok.startswith("kernel correctness: PASS") and "failures" not in ok
     assert len(render_terminal(frame([row(case_id=f"c{i}", verdict="FAIL", err=1)
@@ -312,3 +313,115 @@ def test_plot_skips_undefined_rel_without_marking_nan():
     assert not prepared["bad"].any() and prepared["finite"].tolist() == [False, False, True]
     h = render_html(df, {}, plots=False)
     assert "<img" not in h and "Plots left out" in h
+
+
+# -- a page that fits 1400 px ---------------------------------------------------------------
+
+NO_BOUND_TERMS = dict(rms_rel=np.nan, base_err=np.nan, floor=np.nan, atol=np.nan)
+NO_NUMBERS = dict(err=np.nan, rel=np.nan, bound=np.nan, nan=np.nan, inf=np.nan, **NO_BOUND_TERMS)
+
+
+@pytest.fixture(scope="module")
+def checks_df():
+    """rwkv6 with every kind of row (golden and agreement at two T, sums, options, inputs, the
+    layer at one T) beside a gla run with a tensor rwkv6 lacks."""
+    rows = []
+    for T in (1, 65):
+        case = dict(case_id=f"rwkv6-fp32-T{T}", op="rwkv6", T=T)
+        rows += [row(**case, tensor=t, rel=1e-7 * T, rms_rel=5e-8 * T) for t in ("o", "ht", "dw")]
+        rows.append(row(**case, check="agreement", variant="chunk~fused_recurrent",
+                        impl="ours~ours", tensor="o", err=1e-7, bound=1e-6, **NO_BOUND_TERMS))
+        rows.append(row(**case, check="inputs", tensor="", ratio=np.nan, **NO_NUMBERS))
+    case = dict(case_id="rwkv6-fp32-T65", op="rwkv6", T=65)
+    rows += [row(**case, check="aggregate", tensor="dw (sum over t)", err=2e-5, bound=1e-5,
+                 verdict="FAIL", first_bad="(b=0, h=1)", message="the sum over t: err > bound"),
+             row(**case, check="agreement", variant="chunk~fused_recurrent", impl="ours~ours",
+                 tensor="dw", err=3e-5, bound=1e-5, verdict="FAIL", **NO_BOUND_TERMS),
+             row(**case, check="options", tensor="dw (no final state)"),
+             row(**case, check="layer", tensor="dbonus"),
+             row(**case, check="layer", tensor="cache", ratio=np.nan, **NO_NUMBERS),
+             row(case_id="gla-fp32-T64", tensor="dg")]
+    return frame(rows)
+
+
+def _tables(page: str) -> dict:
+    """{table id: (header texts, rows of cell html)} of a page."""
+    out = {}
+    for tid, body in re.findall(r'<table id="([^"]+)"[^>]*>(.*?)</table>', page, re.S):
+        heads = [_text(h) for h in re.findall(r"<th[^>]*>(.*?)</th>", body)]
+        rows = [re.findall(r"<td[^>]*>.*?</td>", r) for r in re.findall(r"<tr>(.*?)</tr>", body)]
+        out[tid] = heads, [r for r in rows if r]
+    return out
+
+
+def test_worst_tables_hold_only_the_tensors_each_op_and_layer_has(checks_df):
+    page = render_html(checks_df, plots=False)
+    names = re.findall(r"<h3>([^<]*)</h3>", page)
+    assert names == ["gla", "rwkv6", "rwkv6 layer"]
+    tables = _tables(page)
+    gla, rwkv6, layer = (tables[t] for t in ("worst-table", "worst-table-1", "worst-table-2"))
+    assert gla[0] == ["variant", "dtype", "dg"]
+    assert rwkv6[0] == ["variant", "dtype", "o", "ht", "dw", "inputs"]
+    assert layer[0] == ["variant", "dtype", "dbonus", "cache"]
+    by_row = {_text(r[0]): r for r in rwkv6[1]}
+    assert set(by_row) == {"chunk", "chunk [aggregate]", "chunk [options]", "chunk~fused_recurrent"}
+    assert ">PASS</td>" in by_row["chunk"][-1]  # the inputs check, on the variant's own row
+    sums = by_row["chunk [aggregate]"]
+    assert sums[4].startswith('<td class="r-bad"') and _text(sums[4]) == "2"
+    assert sums[2] == "<td></td>"  # sums of o do not exist
+    assert ">PASS</td>" in layer[1][0][-1]
+    assert "nan" not in page.split('id="worst"')[1].split("<h2")[0]
+
+
+def _text(cell: str) -> str:
+    return re.sub(r"<[^>]+>", "", cell)
+
+
+def test_cells_without_a_number_are_empty_and_a_nan_result_reads_nan(checks_df):
+    nan_result = row(case_id="gla-nan", tensor="o", err=np.nan, rel=np.nan, ratio=np.nan, nan=3,
+                     verdict="FAIL", message="3 NaN")
+    page = render_html(pd.concat([checks_df, frame([nan_result])]), plots=False)
+    tables = _tables(page)
+    for tid in ("failures-table", "results"):
+        heads, rows = tables[tid]
+        key = [heads.index(c) for c in ("case_id", "tensor", "check")]
+        cells = {tuple(_text(r[i]) for i in key): r for r in rows}
+        agreement = cells[("rwkv6-fp32-T65", "dw", "agreement")]
+        for c in ("rms_rel", "base_err", "floor"):
+            if c in heads:
+                assert agreement[heads.index(c)] == "<td></td>", (tid, c)
+        assert cells[("gla-nan", "o", "golden")][heads.index("err")] == "<td>nan</td>"
+        if tid == "results":
+            assert cells[("rwkv6-fp32-T1", "", "inputs")][heads.index("err")] == "<td></td>"
+        nan_cells = [c for r in rows for c in r if re.fullmatch(r"<td[^>]*>nan</td>", c)]
+        assert len(nan_cells) == (3 if tid == "results" else 2)  # err, rel, ratio; err, ratio
+
+
+def test_full_table_leaves_out_what_every_row_shares_and_hides_the_bound_terms(checks_df):
+    page = render_html(checks_df.assign(impl=checks_df["impl"].replace("ours", "mypkg:chunk")),
+                       plots=False)
+    heads, _ = _tables(page)["results"]
+    assert "atol" not in heads and "impl" not in heads  # atol: 1e-06 wherever a row has one
+    note = page[page.index('id="results-h"'):page.index('id="filter-text"')]
+    assert "atol=1e-06" in note and "impl: chunk = mypkg:chunk" in note
+    assert 'data-col="impl"' not in page  # nor a filter on a column the table lacks
+    assert 'class="more-cols" data-table="results"' in page
+    assert re.search(r'<table id="results" class="sortable less">', page)
+    assert "#results.less td:nth-child(%d)" % (heads.index("rms_rel") + 1) in page
+
+
+def test_tensors_measured_at_one_T_share_a_strip_chart_not_one_dot_panels(checks_df):
+    prepared = plots_mod._prepare(checks_df, None, "ratio", bad_col="ratio")
+    assert "cache" not in set(prepared["tensor"])  # a verdict without a ratio: nothing to draw
+    lines, strips = plots_mod._layout(plots_mod._reduce(prepared, "ratio"))
+    assert lines == [("rwkv6", "o"), ("rwkv6", "ht"), ("rwkv6", "dw")]
+    assert strips == {"gla": ["dg"], "rwkv6 layer": ["dbonus"]}
+    assert _is_png(ratio_vs_T_figure(checks_df)) and _is_png(error_vs_T_figure(checks_df))
+
+
+def test_T_labels_keep_apart():
+    Ts = [1, 63, 64, 65, 1000, 4096, 43884]
+    gap = 0.16 * math.log10(Ts[-1])
+    labelled = plots_mod._T_ticks(Ts, gap)
+    assert labelled[0] == 1 and labelled[-1] == 43884 and 64 not in labelled
+    assert all(math.log10(b / a) >= gap for a, b in zip(labelled, labelled[1:]))
