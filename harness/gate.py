@@ -23,9 +23,11 @@ from fla_kernels.utils import interpreting
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
 # Columns a baseline keeps: the row's identity, its numbers and verdict, and where it was made.
+# The floor (the golden's rounding in the tensor's dtype) and atol make the gate's noise model.
 BASELINE_COLUMNS = ["run_id", "case_id", "op", "variant", "impl", "dtype", "B", "T", "H", "K", "V", "M",
-                    "h0", "gate", "seed", "check", "tensor", "err", "bound", "ratio", "verdict",
+                    "h0", "gate", "seed", "check", "tensor", "err", "floor", "atol", "bound", "ratio", "verdict",
                     "device", "torch", "triton", "git"]
+MACHINES = "machines.json"   # per device class: op -> the machine its baseline was written on
 
 
 class GateSetupError(ValueError):
@@ -36,15 +38,20 @@ class GateSetupError(ValueError):
 class GateConfig:
     growth_factor: float
     ratio_floor: float
-    suites: dict          # device class -> {sweep option: value(s)}
+    noise_roundings: float  # roundings of the golden a correct kernel's err moves by between machines
+    suites: dict            # device class -> {sweep option: value(s)}
 
     @classmethod
-    def load(cls, directory: Path) -> "GateConfig":
+    def load(cls, directory: Path = BASELINE_DIR) -> "GateConfig":
         path = Path(directory) / "gate.json"
         if not path.exists():
             raise GateSetupError(f"no gate configuration at {path}")
         data = json.loads(path.read_text())
-        return cls(float(data["growth_factor"]), float(data["ratio_floor"]), data["suites"])
+        missing = [k for k in ("growth_factor", "ratio_floor", "noise_roundings", "suites") if k not in data]
+        if missing:
+            raise GateSetupError(f"{path} lacks {', '.join(missing)}")
+        return cls(float(data["growth_factor"]), float(data["ratio_floor"]),
+                   float(data["noise_roundings"]), data["suites"])
 
     def suite(self, device_class: str) -> dict:
         if device_class not in self.suites:
@@ -115,8 +122,9 @@ def run_sweeps(ops, suite: dict, out_dir: Path, impls=(), jobs: int = 1, cache_a
     return finished
 
 
-def write_baseline(frame, directory: Path, device_class: str) -> list[Path]:
-    """Write the run's rows as the baseline of each op in it; returns the files written."""
+def write_baseline(frame, directory: Path, device_class: str, machine: dict) -> list[Path]:
+    """Write the run's rows as the baseline of each op in it, and the machine they were made on
+    into machines.json; returns the files written."""
     folder = Path(directory) / device_class
     folder.mkdir(parents=True, exist_ok=True)
     written = []
@@ -124,12 +132,31 @@ def write_baseline(frame, directory: Path, device_class: str) -> list[Path]:
         path = folder / f"{op}.csv"
         rows[BASELINE_COLUMNS].to_csv(path, index=False, float_format="%.4g")  # 4 digits: ample for x2
         written.append(path)
-    return written
+    machines = baseline_machines(directory, device_class)
+    machines.update({op: machine for op in frame["op"].unique()})
+    (folder / MACHINES).write_text(json.dumps(dict(sorted(machines.items())), indent=1) + "\n")
+    return written + [folder / MACHINES]
 
 
-def gate_meta(selection, device_class_name: str, baseline_dir: Path, out: Path, crashed) -> dict:
+def baseline_machines(directory: Path, device_class: str) -> dict:
+    """op -> the machine (harness.environment.machine) its baseline was written on."""
+    path = Path(directory) / device_class / MACHINES
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _machine_text(machine: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in machine.items())
+
+
+def gate_meta(selection, device_class_name: str, baseline_dir: Path, out: Path, crashed,
+              machine: dict) -> dict:
     meta = {"device class": device_class_name, "ops": selection.describe(),
             "baseline": str(Path(baseline_dir) / device_class_name), "results": str(out)}
+    recorded = baseline_machines(baseline_dir, device_class_name)
+    for op in selection.ops:
+        if op in recorded and recorded[op] != machine:
+            meta[f"baseline machine ({op})"] = _machine_text(recorded[op])
+    meta["this machine"] = _machine_text(machine)
     if crashed:
         meta["sweeps that did not finish"] = ", ".join(f"{op} (exit {code})" for op, code in crashed)
     return meta
@@ -156,7 +183,8 @@ def _selection(args, config_ops, results_ops=None):
 
 def run_gate(args, plan_check, echo=print) -> int:
     """`python -m harness gate`: 0 when nothing is worse than the baseline, 1 otherwise."""
-    from harness.environment import new_run_id
+    from harness.environment import machine, new_run_id
+    from harness.run_folder import RunFolderError, prepare
     from harness.registry import OPS
     from reports import read_results
     from reports.compare import compare_runs, compare_verdict, render_compare_markdown, write_compare_html
@@ -167,6 +195,7 @@ def run_gate(args, plan_check, echo=print) -> int:
     suite = config.suite(klass)
     factor = config.growth_factor if args.growth_factor is None else args.growth_factor
     floor = config.ratio_floor if args.ratio_floor is None else args.ratio_floor
+    noise = config.noise_roundings if args.noise_roundings is None else args.noise_roundings
     if args.jobs < 1:
         raise GateSetupError("--jobs must be at least 1")
     if args.update_baseline and args.impl:
@@ -177,7 +206,12 @@ def run_gate(args, plan_check, echo=print) -> int:
     given = read_results(args.results) if args.results else None
     selection = _selection(args, list(OPS), None if given is None else set(given["op"]))
     plan_check(selection.ops, args.impl)
-    out = args.out or Path("results") / new_run_id(f"gate-{klass}")
+    need_baselines = selection.ops and not args.update_baseline
+    baselines = baseline_paths(directory, klass, selection.ops) if need_baselines else {}
+    try:
+        out = prepare(args.out, Path("results") / new_run_id(f"gate-{klass}"), force=args.force)
+    except RunFolderError as exc:
+        raise GateSetupError(str(exc))
     summary_path = args.summary or out / "gate-summary.md"
     if not selection.ops:
         message = f"**PASS**: nothing to gate: {selection.describe()}.\n"
@@ -185,7 +219,6 @@ def run_gate(args, plan_check, echo=print) -> int:
         summary_path.write_text(message)
         echo(message)
         return 0
-    baselines = {} if args.update_baseline else baseline_paths(directory, klass, selection.ops)
     echo(f"gate on '{klass}': {selection.describe()}", flush=True)
     crashed = []
     if given is not None:
@@ -197,13 +230,13 @@ def run_gate(args, plan_check, echo=print) -> int:
         crashed = [(op, code) for op, (_, code) in finished.items() if code not in (0, 1)]
         candidate = read_results([p for p, _ in finished.values() if p.exists()])
     if args.update_baseline:
-        written = write_baseline(candidate, directory, klass)
+        written = write_baseline(candidate, directory, klass, machine())
         bad = candidate["verdict"].isin(["FAIL", "ERROR"])
         echo(f"baseline written: {', '.join(map(str, written))} ({len(candidate)} rows, "
              f"{int(bad.sum())} FAIL or ERROR)")
         return 1 if bad.any() or crashed else 0
-    table = compare_runs(candidate, read_results(list(baselines.values())), factor, floor)
-    meta = gate_meta(selection, klass, directory, out, crashed)
+    table = compare_runs(candidate, read_results(list(baselines.values())), factor, floor, noise)
+    meta = gate_meta(selection, klass, directory, out, crashed, machine())
     markdown = render_compare_markdown(table, meta)
     for folder in (summary_path.parent, out):
         folder.mkdir(parents=True, exist_ok=True)

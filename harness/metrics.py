@@ -99,10 +99,11 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
 
     Errors of one sign that each element hides add up in a sum, where a model's shared parameters
     (a decay bias, a norm's weight) take them. The bound is the tensor's tolerance applied to the
-    same sums of the same-dtype baseline (Tolerance.sum_bound), and the floor is the error of the
+    same sums of the same-dtype baseline (Tolerance.of_sum), and the floor is the error of the
     sums of the golden rounded to the tensor's dtype (rounding to nearest has no sign, so a
-    kernel that only rounds has the floor's error). Nothing is compared where the golden row
-    already fails the tensor's shape or type, which its row reports."""
+    kernel that only rounds has the floor's error), plus in fp32 the accumulation share of each
+    term. Nothing is compared where the golden row already fails the tensor's shape or type,
+    which its row reports."""
     if x is None or tuple(x.shape) != tuple(gold.shape) or not x.is_floating_point():
         return []
     rounded = gold.to(expected_dtype).to(torch.float64)
@@ -115,10 +116,10 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
         gold_sum = gold.sum(dims)
         x_sum = x.detach().to(torch.float64).sum(dims)
         base_err = _max((base.detach().to(torch.float64).sum(dims) - gold_sum).abs())
-        floor = _max((rounded.sum(dims) - gold_sum).abs())
+        sum_tol, floor = tol.of_sum(_max((rounded.sum(dims) - gold_sum).abs()), element_floor, terms)
         diff = (x_sum - gold_sum).abs()
         err = _max(diff) if bool(torch.isfinite(x_sum).all()) else math.inf
-        bound = tol.sum_bound(base_err, floor, element_floor, terms)
+        bound = sum_tol.bound(base_err, floor)
         gold_max, rms_gold = _max(gold_sum.abs()), gold_sum.pow(2).mean().sqrt().item()
         row = {"err": err, "rel": err / gold_max if gold_max else (0.0 if err == 0 else math.inf),
                "rms_rel": (diff.pow(2).mean().sqrt().item() / rms_gold if rms_gold else
@@ -133,13 +134,9 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
             row.update(verdict="FAIL", message="the sums are not finite (see the tensor's golden row)")
         elif err > bound:
             names = "bh" if label == "t" else ""
-            serial = (f" + {tol.serial_share():g} x {terms} terms x element floor {element_floor:.3g}"
-                      if tol.serial_share() else "")
             row.update(verdict="FAIL", first_bad=worst_index(diff, bool(names), names),
-                       message=f"the sum over {label}: err {err:.3g} (rel {row['rel']:.3g}) > bound "
-                               f"{bound:.3g} = {tol.factor:g} x baseline err {base_err:.3g} + "
-                               f"{min(tol.floor_factor, tol.ROUNDING):g} x floor {floor:.3g}{serial} + atol "
-                               f"{tol.atol:.3g}")
+                       message=f"the sum over {label}: "
+                               + _bound_sentence(err, sum_tol, base_err, floor, row["rel"]))
         out.append((label, row))
     return out
 

@@ -44,15 +44,16 @@ class Tolerance:
         element for serial accumulation (fp32); 0 where the floor factor is the rounding alone."""
         return max(self.floor_factor - self.ROUNDING, 0.0)
 
-    def sum_bound(self, base_err: float, floor: float, element_floor: float, terms: int) -> float:
-        """The bound of a sum of `terms` elements of a tensor: factor times the baseline's error of
-        the same sum, the rounding share of the floor factor times the sum's own floor (final
-        roundings are independent and have no sign), and the serial-accumulation share once per
-        element (a kernel that accumulates along t in fp32, as a gate gradient's suffix sums do,
-        moves neighbouring elements' errors together, so a sum of them takes each element's
-        allowance whole), plus atol."""
-        return (self.factor * base_err + min(self.floor_factor, self.ROUNDING) * floor
-                + self.serial_share() * terms * element_floor + self.atol)
+    def of_sum(self, floor: float, element_floor: float, terms: int) -> tuple["Tolerance", float]:
+        """(tolerance, floor) of a sum of `terms` elements of the tensor, whose own rounding is
+        `floor`: the bound takes the rounding share of the floor factor (final roundings are
+        independent and have no sign), and the floor adds the serial-accumulation share once per
+        term (a kernel that accumulates along t in fp32, as a gate gradient's suffix sums do,
+        moves neighbouring elements' errors together, so a sum takes each term's allowance
+        whole). Bound: factor * the baseline's error of the sum + rounding share * floor + atol."""
+        rounding = min(self.floor_factor, self.ROUNDING)
+        floor = floor + self.serial_share() * terms * element_floor / rounding
+        return Tolerance(self.factor, self.atol, rounding), floor
 
 
 def tolerance_for(op: str, tensor: str, dtype: str, T: int = 1, tensor_dtype: str | None = None) -> Tolerance:

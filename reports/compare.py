@@ -32,7 +32,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .html import _CSS, _JS, _cell, _e, _filters, _num, _table, ratio_class, write_page
+from .html import (_CSS, _JS, WRAP_COLUMNS, _cell, _e, _filters, _left_out, _num, _same_note,
+                   _table, ratio_class, write_page)
 from .markdown import md_escape
 from .plots import png_data_uri
 from .results import _typed, fmt_num, run_meta
@@ -44,7 +45,8 @@ STATUSES = ("new failure", "disappeared", "grew", "still failing", "fixed", "new
 COMPARE_COLUMNS = (*KEY, "dtype", "T", "status", "verdict_baseline", "verdict_candidate",
                    "ratio_baseline", "ratio_candidate", "growth", "err_baseline", "err_candidate",
                    "bound_baseline", "bound_candidate", "impl_baseline", "impl_candidate", "message")
-_SIDE = ("dtype", "T", "impl", "verdict", "ratio", "err", "bound", "message")
+_SETTINGS = ("growth_factor", "ratio_floor", "noise_roundings")   # of compare_runs, in table.attrs
+_SIDE = ("dtype", "T", "impl", "verdict", "ratio", "err", "floor", "atol", "bound", "message")
 _NUMERIC = ("T", "ratio_baseline", "ratio_candidate", "growth", "err_baseline", "err_candidate",
             "bound_baseline", "bound_candidate")
 
@@ -52,7 +54,8 @@ _EXPLAIN = {
     "new failure": "FAIL or ERROR in the candidate; passed, skipped or absent in the baseline",
     "still failing": "FAIL or ERROR in both runs",
     "disappeared": "a result of the baseline that the candidate lacks (absent or skipped)",
-    "grew": "err/bound grew beyond the growth factor, to at least the ratio floor",
+    "grew": "err/bound grew beyond the growth factor plus the noise between machines, to at least "
+            "the ratio floor",
     "fixed": "FAIL or ERROR in the baseline, PASS in the candidate",
     "new": "only in the candidate",
     "shrank": "err/bound shrank beyond the growth factor",
@@ -118,22 +121,35 @@ def _why_missing(joined: pd.DataFrame, cand: pd.DataFrame) -> pd.Series:
     return looked["_why"].fillna("not in the candidate").set_axis(joined.index)
 
 
+def _noise(j: pd.DataFrame, side: str, roundings: float) -> pd.Series:
+    """The err/bound a correct kernel's numbers move by between machines, on one side's rows:
+    `roundings` roundings of the golden in the tensor's dtype (its floor) plus the row's atol,
+    over its bound; 0 where the row has neither. (atol covers the tensors whose largest error
+    comes from cancelling terms much larger than the result, which move by many of its roundings.)"""
+    allowance = roundings * j[f"floor_{side}"].fillna(0.0) + j[f"atol_{side}"].fillna(0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        noise = allowance / j[f"bound_{side}"]
+    return noise.where(np.isfinite(noise), 0.0)
+
+
 def _status(j: pd.DataFrame, vc: pd.Series, in_c: pd.Series, growth_factor: float,
-            ratio_floor: float) -> np.ndarray:
+            ratio_floor: float, noise_roundings: float) -> np.ndarray:
     """The status of each joined row, by the priority of `compare_runs`; `vc` and `in_c` are the
     candidate's verdict and presence, as `compare_runs` reads them."""
     vb, in_b = j["verdict_baseline"], j["_merge"] != "left_only"
     rb, rc = j["ratio_baseline"], j["ratio_candidate"]
     bad_b, bad_c = in_b & _failing(vb), in_c & _failing(vc)
     both_pass = (vb == "PASS") & (vc == "PASS")
+    grew = rc > growth_factor * rb + _noise(j, "candidate", noise_roundings)
+    shrank = rb > growth_factor * rc + _noise(j, "baseline", noise_roundings)
     conditions = [
         bad_c & ~bad_b,
         bad_c & bad_b,
         in_b & (~in_c | ((vc == "SKIP") & (vb != "SKIP"))),
-        both_pass & (rc > growth_factor * rb) & (rc >= ratio_floor),
+        both_pass & grew & (rc >= ratio_floor),
         bad_b & (vc == "PASS"),
         ~in_b & in_c,
-        (rc < rb / growth_factor) & (rb >= ratio_floor),
+        shrank & (rb >= ratio_floor),
     ]
     choices = ["new failure", "still failing", "disappeared", "grew", "fixed", "new", "shrank"]
     return np.select(conditions, choices, default="same")
@@ -153,15 +169,17 @@ def sort_comparison(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare_runs(candidate: pd.DataFrame, baseline: pd.DataFrame, growth_factor: float = 2.0,
-                 ratio_floor: float = 0.05) -> pd.DataFrame:
+                 ratio_floor: float = 0.05, noise_roundings: float = 0.0) -> pd.DataFrame:
     """One row per KEY found in either run, with both sides' verdict, err, bound, err/bound, the
     growth of err/bound and a status, worst first (columns: COMPARE_COLUMNS).
 
     Statuses, by priority: "new failure" (FAIL/ERROR now, not before), "still failing",
     "disappeared" (in the baseline; absent from the candidate, or skipped there), "grew" (both
-    PASS, candidate ratio > growth_factor * baseline ratio and >= ratio_floor, so that noise on
-    tiny ratios does not count), "fixed", "new" (only in the candidate), "shrank" (candidate
-    ratio < baseline ratio / growth_factor, baseline ratio >= ratio_floor), "same". Rows with no
+    PASS, candidate ratio > growth_factor * baseline ratio + the noise, and >= ratio_floor, so
+    that noise on tiny ratios does not count), "fixed", "new" (only in the candidate), "shrank"
+    (the same the other way), "same". The noise is what correct kernels' numbers move by between
+    machines: `noise_roundings` roundings of the golden (the row's floor) and its atol, over its
+    bound. Rows with no
     ratio on either side ("inputs", "determinism") compare by verdict alone; a verdict other than
     PASS/FAIL/ERROR/SKIP counts as failing, as in `results.overall`. A baseline "run" row
     (the case errored or skipped) whose case the candidate ran counts as that case's verdict in
@@ -180,12 +198,13 @@ def compare_runs(candidate: pd.DataFrame, baseline: pd.DataFrame, growth_factor:
 
     ran, ran_bad = _ran_elsewhere(j, cand)
     vc_eff = j["verdict_candidate"].mask(ran, np.where(ran_bad, "FAIL", "PASS"))
-    j["status"] = _status(j, vc_eff, in_c | ran, growth_factor, ratio_floor)
+    j["status"] = _status(j, vc_eff, in_c | ran, growth_factor, ratio_floor, noise_roundings)
     j["message"] = j["message_candidate"].mask(~in_c, _why_missing(j, cand))
     j.loc[ran, "message"] = "the candidate ran this case (its rows are compared on their own)"
 
     out = sort_comparison(j[list(COMPARE_COLUMNS)])
-    out.attrs.update(growth_factor=float(growth_factor), ratio_floor=float(ratio_floor))
+    out.attrs.update(growth_factor=float(growth_factor), ratio_floor=float(ratio_floor),
+                     noise_roundings=float(noise_roundings))
     return out
 
 
@@ -204,7 +223,7 @@ def _settings(table: pd.DataFrame, meta: dict | None) -> dict:
     """The growth factor and ratio floor the table was made with, unless `meta` gives them."""
     meta = meta or {}
     out = {}
-    for k in ("growth_factor", "ratio_floor"):
+    for k in _SETTINGS:
         v = meta.get(k, table.attrs.get(k))
         if v is not None:
             out[k.replace("_", " ")] = fmt_num(v, 4)
@@ -255,7 +274,7 @@ def render_compare_markdown(table: pd.DataFrame, meta: dict | None = None, max_r
     verdict = compare_verdict(table)
     out = [f"{_ICON[verdict]} **{verdict}** candidate vs baseline: {_counts_text(table)}", ""]
     info = {str(k): v for k, v in (meta or {}).items()
-            if v is not None and v != "" and k not in ("growth_factor", "ratio_floor")}
+            if v is not None and v != "" and k not in _SETTINGS}
     info.update(_settings(table, meta))
     if info:
         out += [f"- {md_escape(k)}: {md_escape(v, 200)}" for k, v in info.items()] + [""]
@@ -274,7 +293,7 @@ def _plot_points(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def compare_figure(table: pd.DataFrame, growth_factor: float = 2.0, ratio_floor: float | None = None,
-                   dpi: int = 80) -> bytes | None:
+                   dpi: int = 100) -> bytes | None:
     """PNG: candidate err/bound against baseline err/bound (log-log), one point per row with both,
     coloured by status, marked by op, with y = x, y = growth_factor * x, the ratio floor and
     err/bound = 1 (above it the candidate fails). Zeros are drawn at the lower edge.
@@ -286,9 +305,9 @@ def compare_figure(table: pd.DataFrame, growth_factor: float = 2.0, ratio_floor:
     pos = np.concatenate([xb[xb > 0], yc[yc > 0], [1.0]])
     lo = 10 ** math.floor(math.log10(pos.min() / 1.6))
     hi = 10 ** math.ceil(math.log10(pos.max() * 1.6))
-    fig = Figure(figsize=(7.2, 6.0), dpi=dpi)
+    fig = Figure(figsize=(8.4, 6.0), dpi=dpi)
     FigureCanvasAgg(fig)
-    ax = fig.add_axes((0.11, 0.1, 0.6, 0.8))
+    ax = fig.add_axes((0.1, 0.1, 0.6, 0.82))
     ops = sorted(pts["op"].unique())
     marker = {op: _OP_MARKERS[i % len(_OP_MARKERS)] for i, op in enumerate(ops)}
     for status in reversed(STATUSES):  # the worst statuses drawn last, on top
@@ -307,11 +326,11 @@ def compare_figure(table: pd.DataFrame, growth_factor: float = 2.0, ratio_floor:
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("baseline err / bound", fontsize=9)
-    ax.set_ylabel("candidate err / bound", fontsize=9)
-    ax.set_title("err/bound: candidate against baseline, one point per row", fontsize=10)
+    ax.set_xlabel("baseline err / bound", fontsize=10)
+    ax.set_ylabel("candidate err / bound", fontsize=10)
+    ax.set_title("err/bound: candidate against baseline, one point per row", fontsize=11)
     ax.grid(True, which="major", alpha=0.3)
-    ax.tick_params(labelsize=8)
+    ax.tick_params(labelsize=9)
     shown = [s for s in STATUSES if (pts["status"] == s).any()]
     handles = [Line2D([], [], color=STATUS_COLORS[s], marker="o", ls="", label=s) for s in shown]
     handles += [Line2D([], [], color="#555", marker=marker[op], ls="", label=f"op {op}") for op in ops]
@@ -320,7 +339,7 @@ def compare_figure(table: pd.DataFrame, growth_factor: float = 2.0, ratio_floor:
                 Line2D([], [], color="#c00", ls=":", label="candidate fails above")]
     if ratio_floor:
         handles.append(Line2D([], [], color="#888", ls="-.", label=f"ratio floor {ratio_floor:g}"))
-    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.73, 0.5), fontsize=8,
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.72, 0.5), fontsize=9.5,
                frameon=False)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
@@ -335,14 +354,14 @@ def _compare_cell(col: str, val, ctx: tuple) -> str:
     if col in ("verdict_baseline", "verdict_candidate"):
         return _cell("verdict", val, "") if val else "<td></td>"
     side = vb if col.endswith("_baseline") else vc
-    if col in ("ratio_baseline", "ratio_candidate"):
-        cls = "r-bad" if side == "FAIL" else ratio_class(val)
-        return f'<td class="{cls}">{_e(_num(val, side))}</td>'
+    if col in ("ratio_baseline", "ratio_candidate"):  # the verdict where there is no ratio
+        cls = "r-bad" if side == "FAIL" else ratio_class(val) if side != "ERROR" else "v-ERROR"
+        return f'<td class="{cls}">{_e(_num(val) or side)}</td>'
     if col == "growth":
         cls = {"grew": ' class="r-bad"', "shrank": ' class="r-ok"'}.get(status, "")
         return f"<td{cls}>{_e(fmt_growth(val))}</td>"
     if col in _NUMERIC:
-        return f"<td>{_e(_num(val, side))}</td>"
+        return f"<td>{_e(_num(val))}</td>"
     return _cell(col, val, "")
 
 
@@ -354,7 +373,7 @@ def render_compare_html(table: pd.DataFrame, meta: dict | None = None) -> str:
     verdict = compare_verdict(table)
     settings = _settings(table, meta)
     info = run_meta(table, {k: v for k, v in (meta or {}).items()
-                            if k not in ("growth_factor", "ratio_floor")})
+                            if k not in _SETTINGS})
     info.update(settings, rows=str(len(table)))
     info.setdefault("report generated", _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S"))
     title = f"candidate vs baseline: {verdict}"
@@ -384,23 +403,36 @@ def _plot_section(table: pd.DataFrame, settings: dict) -> list[str]:
     note = f" {missing} rows without an err/bound in both runs are not drawn." if missing else ""
     return out + [f'<div><img class="plot" alt="candidate vs baseline err/bound" '
                   f'src="{png_data_uri(png)}"></div>',
-                  f'<p class="note">Above the dashed line err/bound grew beyond the growth factor.'
+                  '<p class="note">Above the dashed line err/bound grew beyond the growth factor (the '
+                  "gate counts a row as grown only beyond the noise between machines on top of it)."
                   f"{_e(note)}</p>"]
 
 
 def _table_section(table: pd.DataFrame) -> list[str]:
+    """Every row: the key, both err/bounds (the verdict where there is none; FAIL in red), the
+    growth and the message, with the verdicts, err and bound behind "more columns"; the columns
+    that hold one value throughout, and the implementations when each variant has one, are named
+    in a note instead."""
     out = [f'<h2 id="results-h">Rows ({len(table)})</h2>']
     if table.empty:
         return out + ['<p class="note">No rows in either run.</p>']
-    impls = set(table["impl_baseline"]) | set(table["impl_candidate"])
     cols = ["status", *(c for c in COMPARE_COLUMNS if c != "status")]
-    cols = [c for c in cols if not (c.startswith("impl_") and len(impls - {""}) <= 1)]
+    same = _left_out(table[["op", "dtype", "T"]], ())
+    for side in ("baseline", "candidate"):
+        impl = table[f"impl_{side}"]
+        one = _left_out(table.assign(impl=impl)[impl != ""][["op", "variant", "impl"]], ("op",))
+        if "impl" in one or (impl == "").all():
+            same[f"impl_{side}"] = one.get("impl", "")
+    out.append(_same_note("The same in every row, so left out of the table", same))
     out.append(_filters(table, ("status", "op", "variant", "dtype", "check", "tensor",
                                 "verdict_baseline", "verdict_candidate"), always="status"))
     out.append('<p class="note">Click a column header to sort; click a message to expand it. '
                "err/bound coloured as in the main report; growth red where it counts.</p>")
-    out.append(_table(table, cols, "results", cell=_compare_cell, is_num=_NUMERIC.__contains__,
-                      context=("status", "verdict_baseline", "verdict_candidate")))
+    out.append(_table(table, [c for c in cols if c not in same], "results", cell=_compare_cell,
+                      is_num=_NUMERIC.__contains__, col_css=WRAP_COLUMNS,
+                      context=("status", "verdict_baseline", "verdict_candidate"),
+                      more=("verdict_baseline", "verdict_candidate", "err_baseline",
+                            "err_candidate", "bound_baseline", "bound_candidate")))
     return out
 
 

@@ -307,3 +307,16 @@ def test_new_failures_rank_by_how_far_over_the_bound_not_by_growth():
     table = compare_runs(frame(*cand), frame(*base))
     assert list(table["status"]) == ["new failure", "new failure"]
     assert list(table["check"]) == ["golden", "agreement"]
+
+
+def test_html_names_one_implementation_per_variant_once_and_shows_verdicts_without_ratios(base_rows):
+    inputs = dict(check="inputs", tensor="", ratio=np.nan, err=np.nan, bound=np.nan)
+    cand = [dict(r, impl="mypkg:chunk_gla") for r in base_rows]
+    cand.append(row(**inputs, verdict="FAIL", message="wrote into k", impl="mypkg:chunk_gla"))
+    page = render_compare_html(compare_runs(frame(*cand), frame(*base_rows, row(**inputs))))
+    heads = re.findall(r'<th data-col="([^"]+)"', page)
+    assert not {"op", "impl_baseline", "impl_candidate"} & set(heads)
+    assert "impl_baseline: ours, impl_candidate: mypkg:chunk_gla" in page
+    assert '<td class="r-bad">FAIL</td>' in page and '<td class="r-na">PASS</td>' in page
+    assert not re.search(r"<td[^>]*>nan</td>", page)
+    assert 'class="more-cols" data-table="results"' in page  # verdicts, err and bound on asking

@@ -17,7 +17,7 @@ def gate_dir(tmp_path_factory):
     """A baseline folder whose cpu suite is one smoke case, with the rwkv6 baseline written by the
     gate itself from our kernels."""
     root = tmp_path_factory.mktemp("gate")
-    (root / "gate.json").write_text(json.dumps({"growth_factor": 2.0, "ratio_floor": 0.05,
+    (root / "gate.json").write_text(json.dumps({"growth_factor": 2.0, "ratio_floor": 0.05, "noise_roundings": 4,
                                                 "suites": {"cpu": SUITE}}))
     code = main(["gate", "--op", "rwkv6", "--baseline-dir", str(root), "--device-class", "cpu",
                  "--update-baseline", "--out", str(root / "first")])
@@ -122,3 +122,52 @@ def test_repro_writes_a_script_and_rejects_a_bad_id(tmp_path, capsys):
     assert "fused_recurrent_rwkv6" in script.read_text()
     assert main(["repro", "rwkv6-bf16-T17", "--out", str(tmp_path / "x.py")]) == 2
     assert capsys.readouterr().err.startswith("harness: error: 'rwkv6-bf16-T17' is not a case id")
+
+
+def _pair(err_base, err_cand, floor, bound):
+    """A one-row baseline and candidate of the same golden row."""
+    row = {"run_id": "r", "case_id": "c", "op": "rwkv6", "variant": "chunk", "impl": "ours",
+           "dtype": "fp32", "T": 1, "check": "golden", "tensor": "dk", "verdict": "PASS",
+           "floor": floor, "bound": bound}
+    base = pd.DataFrame([{**row, "err": err_base, "ratio": err_base / bound}])
+    cand = pd.DataFrame([{**row, "err": err_cand, "ratio": err_cand / bound}])
+    return cand, base
+
+
+def test_another_cpu_s_rounding_is_noise_and_a_regression_is_not():
+    """The issue's rows: rwkv6 fp32 T=1 dk, err 6.06e-7 where the baselines were written and
+    1.55e-6 on another x86 CPU (x2.6, 0.9 roundings over the factor): noise. The same growth by
+    more roundings than gate.json's noise allowance: grew."""
+    from harness.gate import GateConfig
+    from reports.compare import compare_runs
+    k = GateConfig.load().noise_roundings
+    floor, bound = 3.611e-7, 1.1417e-5
+    assert compare_runs(*_pair(6.058e-7, 1.546e-6, floor, bound), 2.0, 0.05, 0.0)["status"][0] == "grew"
+    assert compare_runs(*_pair(6.058e-7, 1.546e-6, floor, bound), 2.0, 0.05, k)["status"][0] == "same"
+    beyond = 2 * 6.058e-7 + (k + 0.5) * floor
+    assert compare_runs(*_pair(6.058e-7, beyond, floor, bound), 2.0, 0.05, k)["status"][0] == "grew"
+    assert compare_runs(*_pair(beyond, 6.058e-7, floor, bound), 2.0, 0.05, k)["status"][0] == "shrank"
+
+
+def test_the_baseline_records_the_machine_and_the_summary_shows_it(gate_dir, tmp_path):
+    import json as _json
+    machines = _json.loads((gate_dir / "cpu" / "machines.json").read_text())
+    assert set(machines["rwkv6"]) >= {"cpu", "blas", "torch", "triton", "gpu"}
+    machines["rwkv6"] = {**machines["rwkv6"], "cpu": "Another CPU"}
+    other = tmp_path / "baselines"
+    (other / "cpu").mkdir(parents=True)
+    for name in ("gate.json", "cpu/rwkv6.csv"):
+        (other / name).write_text((gate_dir / name).read_text())
+    (other / "cpu" / "machines.json").write_text(_json.dumps(machines))
+    code, summary = gate(other, tmp_path, "--op", "rwkv6", "--results",
+                         str(gate_dir / "first" / "rwkv6" / "results.csv"))
+    assert code == 0
+    assert "baseline machine (rwkv6): cpu Another CPU" in summary and "this machine: cpu " in summary
+
+
+def test_an_earlier_gate_run_is_kept_unless_forced(gate_dir, tmp_path, capsys):
+    results = ["--op", "rwkv6", "--results", str(gate_dir / "first" / "rwkv6" / "results.csv")]
+    assert gate(gate_dir, tmp_path, *results)[0] == 0
+    code, _ = gate(gate_dir, tmp_path, *results)
+    assert code == 2 and "already holds a run" in capsys.readouterr().err
+    assert gate(gate_dir, tmp_path, *results, "--force")[0] == 0
