@@ -141,11 +141,10 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
     return out
 
 
-def compare_variants(xa, xb, gold, bound: float, seq_layout: bool, expected_dtype=None,
+def compare_variants(xa, xb, gold, bound: float, seq_layout: bool, floor: float = math.nan,
                      atol: float = math.nan) -> dict:
-    """Agreement of two implementations: max|xa - xb| within the sum of their golden bounds (and
-    `atol` the sum of their atols). The floor is the golden's rounding into `expected_dtype`; with
-    atol, the unit of the gate's noise model."""
+    """Agreement of two implementations: max|xa - xb| within the sum of their golden bounds; `floor`
+    and `atol` are the sums of theirs too (the gate's noise model reads them)."""
     if xa is None or xb is None:
         return {"verdict": "FAIL", "message": "one of the two variants returned no tensor", "bound": bound}
     a64, b64 = xa.detach().to(torch.float64), xb.detach().to(torch.float64)
@@ -156,9 +155,6 @@ def compare_variants(xa, xb, gold, bound: float, seq_layout: bool, expected_dtyp
     gold_max = _max(gold.abs())
     nan_a, inf_a = nonfinite_counts(a64)
     nan_b, inf_b = nonfinite_counts(b64)
-    gold_clean = gold.where(torch.isfinite(gold), torch.zeros((), dtype=gold.dtype, device=gold.device))
-    floor = (_max((gold_clean.to(expected_dtype).to(torch.float64) - gold_clean).abs())
-             if expected_dtype is not None else math.nan)
     row = {"err": err, "rel": err / gold_max if gold_max else math.nan, "rms_rel": math.nan,
            "base_err": math.nan, "floor": floor, "atol": atol, "bound": bound,
            "ratio": err / bound if bound else (0.0 if err == 0 else math.inf),

@@ -282,7 +282,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
                                                            **options)
         return option_references[label]
 
-    results, bounds = {}, {}
+    results, goldens = {}, {}   # variant -> its outputs; (variant, tensor) -> its golden row
     for impl in impls:
         label = f"{impl.variant} ({impl.impl})"
         where["step"] = f"{label}: its run"
@@ -304,7 +304,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
         results[impl.variant] = run.result
         for name in names:
             metrics = against_golden(run.result, name)
-            bounds[(impl.variant, name)] = metrics.get("bound", math.nan)
+            goldens[(impl.variant, name)] = metrics
             rows.append(_row(case, impl, "golden", name, wall_s=wall, **metrics))
         for name in names:
             if _seq_layout(spec, name) and name != "o":
@@ -332,10 +332,11 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
     where["step"] = "the agreement rows"
     for a, b in itertools.combinations([i for i in impls if i.variant in results], 2):
         for name in names:
-            bound = bounds[(a.variant, name)] + bounds[(b.variant, name)]
+            sides = goldens[(a.variant, name)], goldens[(b.variant, name)]
+            bound, floor, atol = (sum(side.get(k, math.nan) for side in sides)
+                                  for k in ("bound", "floor", "atol"))
             metrics = compare_variants(results[a.variant].get(name), results[b.variant].get(name),
-                                       golden[name], bound, _seq_layout(spec, name), dtypes[name],
-                                       2 * tolerances[name].atol)
+                                       golden[name], bound, _seq_layout(spec, name), floor, atol)
             rows.append({**_case_fields(case), "variant": f"{a.variant}~{b.variant}",
                          "impl": f"{a.impl}~{b.impl}", "check": "agreement", "tensor": name, **metrics})
     where["step"] = "the case's end (its memory freed after every check)"
