@@ -17,6 +17,7 @@ from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, Case, default_pres
 from harness.environment import new_run_id
 from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op
+from harness.run_folder import RunFolderError, prepare
 from harness import upstream
 from harness.runner import EXTRA_CHECKS, implementations
 
@@ -249,8 +250,8 @@ def cmd_sweep(args) -> int:
         print(f"{lost}\ngoing on in a new process: the same sweep with --resume --out {out}",
               flush=True)
         restart_sweep(args.argv, out)
-    except ValueError as exc:  # a results file that cannot be resumed
-        raise UsageError(str(exc).rstrip("."))
+    except RunFolderError as exc:  # a results file that cannot be resumed
+        raise UsageError(str(exc))
     df = read_results([outcome.csv_path])
     print(render_terminal(df))
     stored = ("" if cache is None else
@@ -268,7 +269,6 @@ def cmd_sweep(args) -> int:
 
 
 def _run_folder(out, default, resume=False, force=False) -> Path:
-    from harness.run_folder import RunFolderError, prepare
     try:
         return prepare(out, default, resume, force)
     except RunFolderError as exc:
@@ -284,10 +284,8 @@ def cmd_report(args) -> int:
     df = read_results(args.csv)
     if args.baseline:
         from harness.gate import GateConfig
-        config = GateConfig.load()
-        settings = [config.growth_factor if args.growth_factor is None else args.growth_factor,
-                    config.ratio_floor if args.ratio_floor is None else args.ratio_floor,
-                    config.noise_roundings if args.noise_roundings is None else args.noise_roundings]
+        settings = GateConfig.load().comparison(args.growth_factor, args.ratio_floor,
+                                                args.noise_roundings)
         table = compare_runs(df, read_results(args.baseline), *settings)
         meta = {"candidate": ", ".join(map(str, args.csv)), "baseline": ", ".join(map(str, args.baseline))}
         html = args.html or args.csv[0].parent / "compare.html"

@@ -1,10 +1,11 @@
 """The gate on kernel pull requests: sweep the ops a change touches, compare with the committed
 baseline of this device class, fail on any FAIL or ERROR row, on any err/bound that grew beyond
-the declared factor, and on any row that disappeared.
+the declared factor plus the noise between machines, and on any row that disappeared.
 
-baselines/gate.json declares the growth factor, the ratio floor under which growth is noise, and
-per device class the sweep arguments of the gate's suite; baselines/<class>/<op>.csv hold the
-rows a previous run of that suite gave (written by `gate --update-baseline`).
+baselines/gate.json declares the growth factor, the ratio floor under which growth is noise, the
+noise allowance (roundings of the golden), and per device class the sweep arguments of the gate's
+suite; baselines/<class>/<op>.csv hold the rows a previous run of that suite gave, and
+machines.json the machine each was written on (both written by `gate --update-baseline`).
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
 # Columns a baseline keeps: the row's identity, its numbers and verdict, and where it was made.
 # The floor (the golden's rounding in the tensor's dtype) and atol make the gate's noise model.
 BASELINE_COLUMNS = ["run_id", "case_id", "op", "variant", "impl", "dtype", "B", "T", "H", "K", "V", "M",
-                    "h0", "gate", "seed", "check", "tensor", "err", "floor", "atol", "bound", "ratio", "verdict",
-                    "device", "torch", "triton", "git"]
+                    "h0", "gate", "seed", "check", "tensor", "err", "floor", "atol", "bound", "ratio",
+                    "verdict", "device", "torch", "triton", "git"]
 MACHINES = "machines.json"   # per device class: op -> the machine its baseline was written on
 
 
@@ -52,6 +53,13 @@ class GateConfig:
             raise GateSetupError(f"{path} lacks {', '.join(missing)}")
         return cls(float(data["growth_factor"]), float(data["ratio_floor"]),
                    float(data["noise_roundings"]), data["suites"])
+
+    def comparison(self, growth_factor=None, ratio_floor=None, noise_roundings=None) -> tuple:
+        """(growth factor, ratio floor, noise roundings) of a comparison: those given, else this
+        configuration's."""
+        given = (growth_factor, ratio_floor, noise_roundings)
+        mine = (self.growth_factor, self.ratio_floor, self.noise_roundings)
+        return tuple(m if g is None else g for g, m in zip(given, mine))
 
     def suite(self, device_class: str) -> dict:
         if device_class not in self.suites:
@@ -193,9 +201,7 @@ def run_gate(args, plan_check, echo=print) -> int:
     config = GateConfig.load(directory)
     klass = args.device_class or device_class()
     suite = config.suite(klass)
-    factor = config.growth_factor if args.growth_factor is None else args.growth_factor
-    floor = config.ratio_floor if args.ratio_floor is None else args.ratio_floor
-    noise = config.noise_roundings if args.noise_roundings is None else args.noise_roundings
+    settings = config.comparison(args.growth_factor, args.ratio_floor, args.noise_roundings)
     if args.jobs < 1:
         raise GateSetupError("--jobs must be at least 1")
     if args.update_baseline and args.impl:
@@ -235,7 +241,7 @@ def run_gate(args, plan_check, echo=print) -> int:
         echo(f"baseline written: {', '.join(map(str, written))} ({len(candidate)} rows, "
              f"{int(bad.sum())} FAIL or ERROR)")
         return 1 if bad.any() or crashed else 0
-    table = compare_runs(candidate, read_results(list(baselines.values())), factor, floor, noise)
+    table = compare_runs(candidate, read_results(list(baselines.values())), *settings)
     meta = gate_meta(selection, klass, directory, out, crashed, machine())
     markdown = render_compare_markdown(table, meta)
     for folder in (summary_path.parent, out):

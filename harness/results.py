@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.run_folder import RunFolderError
 from harness.schema import COLUMNS
 
 
@@ -65,7 +66,7 @@ def read_finished(path: Path) -> Finished:
     A case is complete when it has as many well-formed rows as its `case_rows` says. A row cut
     short (the last line of a sweep killed while writing it), or a case with fewer rows than it
     wrote, is dropped with every other row of its case, so that `--resume` runs the case again.
-    Raises ValueError when the file is not a results file of this harness."""
+    Raises RunFolderError when the file is not a results file of this harness."""
     path = Path(path)
     with open(path, newline="") as f:
         text = f.read()
@@ -73,7 +74,7 @@ def read_finished(path: Path) -> Finished:
     if not records:
         return Finished(set(), None, "")
     if records[0] != COLUMNS:
-        raise ValueError(f"{path} is not a results file of this version of the harness (its "
+        raise RunFolderError(f"{path} is not a results file of this version of the harness (its "
                          "columns differ); start the run again in another folder")
     body = records[1:]
     if body and not text.endswith("\n"):

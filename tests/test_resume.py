@@ -159,3 +159,11 @@ def test_a_read_only_folder_is_one_line_and_exit_2(tmp_path, capsys):
     finally:
         tmp_path.chmod(0o700)
     assert "cannot write in" in capsys.readouterr().err
+
+
+def test_resuming_a_results_file_of_other_columns_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "results.csv").write_text("run_id,case_id,verdict\nr,c,PASS\n")
+    assert sweep_into(tmp_path, "--resume") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a results file of this version" in err
+    assert (tmp_path / "results.csv").read_text() == "run_id,case_id,verdict\nr,c,PASS\n"
