@@ -9,6 +9,7 @@ import itertools
 import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -405,7 +406,13 @@ def restart_sweep(argv: list[str], out) -> NoReturn:
                               "--out", str(out)])
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the harness's own line (a dropped damaged row, say), not Python's two lines."""
+    return f"harness: warning: {message}\n"
+
+
 def main(argv=None) -> int:
+    warnings.formatwarning = _one_line_warning
     try:
         args = build_parser().parse_args(argv)
         args.argv = list(sys.argv[1:] if argv is None else argv)

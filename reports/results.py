@@ -78,16 +78,19 @@ def read_results(paths: Union[PathLike, Iterable[PathLike]]) -> pd.DataFrame:
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    frames = [pd.read_csv(p, dtype=str, keep_default_na=False, na_filter=False) for p in paths]
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
+        if "verdict" in frame:
+            cut = frame["verdict"].str.strip() == ""
+            if cut.any():
+                warnings.warn(f"{path}: {int(cut.sum())} row(s) without a verdict (cut short) left "
+                              "out; `sweep --resume` runs their cases again", stacklevel=2)
+                frame = frame[~cut]
+        frames.append(frame)
     if not frames:
         return coerce_results(pd.DataFrame(columns=COLUMNS))
-    df = coerce_results(pd.concat(frames, ignore_index=True))
-    bad = df["verdict"].str.strip() == ""
-    if bad.any():
-        warnings.warn(f"read_results: dropped {int(bad.sum())} row(s) without a verdict "
-                      "(truncated lines?)", stacklevel=2)
-        df = df[~bad].reset_index(drop=True)
-    return df
+    return coerce_results(pd.concat(frames, ignore_index=True))
 
 
 def tensor_sort_key(name: str) -> tuple:
