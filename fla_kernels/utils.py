@@ -22,13 +22,24 @@ def interpreter_numerics() -> bool:
     return interpreting()
 
 
+def emulating_tensor_cores() -> bool:
+    """Whether the interpreter stands in for the tensor cores (FLA_EMULATE_TENSOR_CORES=1).
+
+    The interpreter's own bf16 products are wrong, so by default every product there is IEEE
+    fp32, and a CPU run never sees the rounding of 16-bit and tf32 operands. With this set, `mma`
+    rounds its operands to nearest in fp32 arithmetic first, as the tensor cores read them: the
+    residues that rounding leaves (a gate gradient whose two sides no longer cancel) show on CPU.
+    """
+    return interpreting() and os.environ.get("FLA_EMULATE_TENSOR_CORES", "0") == "1"
+
+
 def dots_in_fp32(dtype: torch.dtype) -> bool:
     """Whether matrix products take fp32 operands (exact IEEE) rather than `dtype` operands.
 
-    fp32 inputs always do; so does everything under the interpreter, whose
-    bf16 arithmetic and bf16 `tl.dot` are wrong.
+    fp32 inputs always do; so does everything under the interpreter, whose bf16 arithmetic and
+    bf16 `tl.dot` are wrong, unless it emulates the tensor cores' operand rounding.
     """
-    return dtype == torch.float32 or interpreter_numerics()
+    return dtype == torch.float32 or (interpreter_numerics() and not emulating_tensor_cores())
 
 
 def store_dtype(dtype: torch.dtype) -> torch.dtype:

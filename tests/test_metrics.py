@@ -137,3 +137,27 @@ def test_float32_state_of_a_bf16_case_takes_the_fp32_floor_rule():
     state = tolerance_for("linear_attn", "ht", "bf16", T=64 * 16, tensor_dtype="fp32")
     assert state.floor_factor == pytest.approx(64.0)
     assert tolerance_for("linear_attn", "o", "bf16", T=64 * 16, tensor_dtype="bf16").floor_factor == 2.0
+
+
+def _sums(x, gold, base):
+    from harness.metrics import compare_sums
+    tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
+    return dict(compare_sums(x, gold, base, tol, torch.float64, across_heads=True))
+
+
+def test_sum_across_heads_takes_the_groups_errors_when_the_baselines_cancel():
+    # four (b, h) groups; the baseline is off by +e, -e, +e, -e in its sums over tokens, so its
+    # total is exact by luck. A kernel off by e in each group, one sign, is as good as the
+    # baseline per group and passes the total's bound (3 x sqrt(4) e); a kernel off by 4e in
+    # each, one sign, fails it.
+    gold = torch.zeros(2, 8, 2, 1, dtype=torch.float64)
+    base = gold.clone()
+    for g, sign in enumerate((1, -1, 1, -1)):
+        base[g // 2, 0, g % 2, 0] = sign * 1e-3
+    rows = _sums(gold + 1e-3 / 8, gold, base)
+    assert rows["t"]["verdict"] == "PASS"
+    assert rows["b, t, h"]["verdict"] == "PASS"
+    assert rows["b, t, h"]["base_err"] == pytest.approx(2e-3)
+    rows = _sums(gold + 4e-3 / 8, gold, base)
+    assert rows["b, t, h"]["verdict"] == "FAIL"
+    assert "the sum over b, t, h" in rows["b, t, h"]["message"]

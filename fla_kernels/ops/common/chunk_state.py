@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.dot import add_rounded, mma
+from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
 from fla_kernels.ops.common.launch import launch
 from fla_kernels.ops.common.tiles import load_rows
 
@@ -185,7 +185,7 @@ def span_sums(b_g, first, end, BR: tl.constexpr, FP32_DOT: tl.constexpr, GATE_DT
     """
     s = tl.arange(0, BR)[None, :]
     sel = (s >= first[:, None]) & (s < end[:, None])
-    IEEE: tl.constexpr = FP32_DOT or GATE_DTYPE == tl.float32
+    IEEE: tl.constexpr = FP32_DOT or EMULATE or GATE_DTYPE == tl.float32
     return mma(sel.to(tl.float32), b_g, IEEE, GATE_DTYPE)
 
 

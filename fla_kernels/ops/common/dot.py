@@ -3,9 +3,11 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.utils import dots_in_fp32
+from fla_kernels.utils import dots_in_fp32, emulating_tensor_cores
 
 TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
+# the interpreter rounds 16-bit and tf32 operands as the tensor cores do (`emulating_tensor_cores`)
+EMULATE = tl.constexpr(emulating_tensor_cores())
 
 
 def product_settings(dtype: torch.dtype, tf32: bool = False) -> dict:
@@ -27,6 +29,9 @@ def mma(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """
     if FP32_DOT:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif EMULATE:
+        return tl.dot(rounded_like(a, OPERAND_DTYPE), rounded_like(b, OPERAND_DTYPE),
+                      input_precision="ieee")
     elif OPERAND_DTYPE == tl.float32:
         return tl.dot(round_tf32(a), round_tf32(b), input_precision="tf32")
     else:
@@ -44,6 +49,27 @@ def round_tf32(x):
     """
     bits = x.to(tl.float32).to(tl.int32, bitcast=True)
     return ((bits + 0x1000) & -0x2000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _round_mantissa(x, DROP: tl.constexpr):
+    """x (fp32) rounded to nearest, ties to even, with the low DROP bits of its mantissa cleared."""
+    bits = x.to(tl.float32).to(tl.int32, bitcast=True)
+    odd = (bits >> DROP) & 1
+    return ((bits + ((1 << (DROP - 1)) - 1) + odd) & -(1 << DROP)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def rounded_like(x, OPERAND_DTYPE: tl.constexpr):
+    """x as the tensor cores read it with OPERAND_DTYPE operands, in fp32 arithmetic (the
+    interpreter's own bf16 conversions truncate): bf16 keeps 7 mantissa bits, fp16 10 (its range
+    is not modelled), tf32 operands are rounded first (`round_tf32`)."""
+    if OPERAND_DTYPE == tl.bfloat16:
+        return _round_mantissa(x, 16)
+    elif OPERAND_DTYPE == tl.float16:
+        return _round_mantissa(x, 13)
+    else:
+        return round_tf32(x)
 
 
 @triton.jit
@@ -65,12 +91,35 @@ def mma_split(a, b, FP32_DOT: tl.constexpr):
     """
     if FP32_DOT:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif EMULATE:
+        a_hi, b_hi = _round_mantissa(a, 16), _round_mantissa(b, 16)
+        a_lo, b_lo = _round_mantissa(a - a_hi, 16), _round_mantissa(b - b_hi, 16)
+        acc = tl.dot(a_hi, b_lo, input_precision="ieee")
+        acc += tl.dot(a_lo, b_hi, input_precision="ieee")
+        return acc + tl.dot(a_hi, b_hi, input_precision="ieee")
     else:
         a_hi, a_lo = _split(a)
         b_hi, b_lo = _split(b)
         acc = tl.dot(a_hi, b_lo, out_dtype=tl.float32)
         acc = tl.dot(a_lo, b_hi, acc, out_dtype=tl.float32)
         return tl.dot(a_hi, b_hi, acc, out_dtype=tl.float32)
+
+
+@triton.jit
+def mma_tf32_split(a, b, FP32_DOT: tl.constexpr):
+    """a @ b to about 21 bits in two tf32 products, for b exact in tf32 (a 16-bit input) and a
+    computed in fp32: a as two rounded tf32 parts, hi + lo.
+
+    Where a is a dot's result in the same kernel, `mma_split`'s bf16 operands are not safe: the
+    H100 (triton 3.6) miscompiled bf16 products of a dot's result when the K loop ran once and
+    the V-block was <= 32 wide (`simple_gla/chunk.py`), and tf32 ones were right. FP32_DOT: one
+    IEEE product."""
+    if FP32_DOT:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        hi = round_tf32(a)
+        lo = round_tf32(a.to(tl.float32) - hi)
+        return mma(hi, b, FP32_DOT, tl.float32) + mma(lo, b, FP32_DOT, tl.float32)
 
 
 @triton.jit

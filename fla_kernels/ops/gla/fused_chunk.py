@@ -31,7 +31,11 @@ not grow with T (a suffix sum over the whole sequence did: at T = 43884 in
 bf16 it exceeded the bound). The gate-free terms (the diagonal pairs q_i k_i,
 the last token's own path into the final state) are left out of both sides,
 as the chunked kernels do, so dg keeps its precision when strong decay makes
-it tiny. Transposes are only ever
+it tiny. The products that carry a state into dg take split-bf16 operands (`mma_split`, about
+16 bits): the dq walk's do h^T and its state update, the dkv walk's v dh^T and its updates of dh.
+Every row of a block shares the boundary term and the states, so one 16-bit rounding of a state
+operand, the same for every row, biased dg's sums over tokens (bf16: 22 times their bound on the
+H100, 11% off) while each element stayed inside its own. Transposes are only ever
 taken of loaded tiles, never of a dot's result (a transposed dot result fed to
 another dot was miscompiled on Hopper by some triton versions): where a
 transposed state is needed it is carried transposed.
@@ -45,7 +49,7 @@ import triton.language as tl
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
-from fla_kernels.ops.common.dot import add_rounded, mma, product_settings
+from fla_kernels.ops.common.dot import add_rounded, mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
@@ -162,7 +166,7 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_dA = mma(b_do, tl.trans(b_v), FP32_DOT, OPERAND_DTYPE) * scale
-        b_dq = mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE) * (scale * exp_nonpos(b_p))
+        b_dq = mma_split(b_do, b_ht, FP32_DOT) * (scale * exp_nonpos(b_p))
         for j in range(BT):
             b_col = tl.sum(tl.where((o_t[None, :] == j) & (o_t[:, None] > j), b_dA, 0.0), axis=1)
             b_kj = load_row(k, base_k, c0 + j, T, H, K, BK, i_k)
@@ -173,7 +177,7 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
         store_rows(dq, b_dq + b_diag[:, None] * b_k, base_p, c0, T, H, K, BT, BK, i_k)
         b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
         b_ht = add_rounded(b_ht * exp_nonpos(b_tot)[None, :],
-                           mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE))
+                           mma_split(tl.trans(b_v), b_kd, FP32_DOT))
         if ((i_c + 1) % STEPS == 0) & (i_c + 1 < NT):
             store_state(states, i_bh * (NB - 1) + (i_c + 1) // STEPS - 1, b_ht, K, V, BK, BV,
                         i_k, i_v, True)
@@ -230,7 +234,7 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
         store_rows(dv, b_dv, base_pv, c0, T, H, V, BT, BV, i_v)
 
         b_dA = mma(b_do, tl.trans(b_v), FP32_DOT, OPERAND_DTYPE) * scale
-        b_dk = mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE) * b_decay
+        b_dk = mma_split(b_v, b_dht, FP32_DOT) * b_decay
         is_final = (c0 + o_t == T - 1)[:, None]
         b_dk_final = tl.where(is_final, b_dk, 0.0)
         b_dk = tl.where(is_final, 0.0, b_dk)
@@ -245,9 +249,9 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
 
         b_qg = b_q * (scale * exp_nonpos(b_p))
         b_dh = add_rounded(b_dh * exp_nonpos(b_tot)[:, None],
-                           mma(tl.trans(b_qg), b_do, FP32_DOT, OPERAND_DTYPE))
+                           mma_split(tl.trans(b_qg), b_do, FP32_DOT))
         b_dht = add_rounded(b_dht * exp_nonpos(b_tot)[None, :],
-                            mma(tl.trans(b_do), b_qg, FP32_DOT, OPERAND_DTYPE))
+                            mma_split(tl.trans(b_do), b_qg, FP32_DOT))
     if STORE_DH0:
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, i_k, i_v, False)
 

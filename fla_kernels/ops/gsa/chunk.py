@@ -22,7 +22,12 @@ over the whole chunk and one masked product for the gates. Every exponent is a s
 over a span of rows, taken inside the kernel that needs it as one masked product on the tensor
 cores (`gates_from` / `gates_after`, see chunk_state.py), never a difference: nothing overflows,
 strong decays keep their precision, and no gate sums are stored. Products take tf32 operands
-rounded to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for fp32 inputs.
+rounded to nearest for 16-bit inputs (`mma`) and IEEE fp32 ones for fp32 inputs, except the
+products of the pairs (u, j) with j < u of a chunk, which take split-bf16 operands (`mma_split`,
+about 16 bits): each pair is a term of dg_t for the rows t between j and u, once through y'_u
+(the readout's pairs) and once through s_j ds'_j (the slots'), and one tf32 rounding on either
+side left a residue that every one of those rows' sums shared (16-bit dg summed over tokens:
+up to 16 times its bound on the H100).
 
 Forward:  chunk_fwd_h (hk^T, hv) -> _fwd_kernel (o, p and, for dg, z', and hv's C; p, z' and C
           are kept for the backward).
@@ -49,7 +54,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_level_sums,
                                                 exp_nonpos, gates_after, gates_from)
-from fla_kernels.ops.common.dot import mma, product_settings
+from fla_kernels.ops.common.dot import mma, mma_split, product_settings
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
@@ -180,13 +185,13 @@ def _readout(x, y, s, g, b_own, b_in, states, index, base, base_m, c0, i_s, T, H
     b_r *= b_in
     b_sE = _earlier_keys(s, g, base_m, c0, i_s, T, H, M, BT, BC, BM, FP32_DOT)
     if i_s > 0:
-        b_r += b_own * mma(b_Ac, b_sE, FP32_DOT, OPERAND_DTYPE)
+        b_r += b_own * mma_split(b_Ac, b_sE, FP32_DOT)
     b_s = load_rows(s, base_m, t_i, T, H, M, BC, BM, 0)
     b_g = load_rows(g, base_m, t_i, T, H, M, BC, BM, 0)
     for lvl in tl.static_range(LEVELS):
         f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
                                               g.dtype.element_ty)
-        b_r += f_row * mma(tl.where(pairs, b_A, 0.0), b_s * f_col, FP32_DOT, OPERAND_DTYPE)
+        b_r += f_row * mma_split(tl.where(pairs, b_A, 0.0), b_s * f_col, FP32_DOT)
     return b_r, _diagonal(b_A, BC)[:, None] * b_s, b_sE
 
 
@@ -369,7 +374,7 @@ def _slot_pairs(w, w_scale, scores, b_from, base_m, base_c, c0, i_s, t0, T, H: t
     b_AL = load_chunk_rows(scores + i_s * BC, base_c, c0, t_after, BT, T, H, BT, BT, BC, 0)
     return (load_rows(w, base_m, t0, T, H, M, BC, BM, 0) * w_scale,
             load_rows(scores + i_s * BC, base_c, t0, T, H, BT, BC, BC, 0),
-            mma(tl.trans(b_AL), b_wL, FP32_DOT, OPERAND_DTYPE))
+            mma_split(tl.trans(b_AL), b_wL, FP32_DOT))
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -405,8 +410,8 @@ def _bwd_slots_kernel(dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_
         f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
                                               GATE_DTYPE)
         b_ds_in += f_col * (
-            mma(tl.trans(tl.where(pairs, b_Ak, 0.0)), b_wk * f_row, FP32_DOT, OPERAND_DTYPE)
-            + mma(tl.trans(tl.where(pairs, b_Av, 0.0)), b_wv * f_row, FP32_DOT, OPERAND_DTYPE))
+            mma_split(tl.trans(tl.where(pairs, b_Ak, 0.0)), b_wk * f_row, FP32_DOT)
+            + mma_split(tl.trans(tl.where(pairs, b_Av, 0.0)), b_wv * f_row, FP32_DOT))
     b_leave = (load_rows(leave_k, base_m, t0, T, H, M, BC, BM, 0)
                + load_rows(leave_v, base_m, t0, T, H, M, BC, BM, 0))
     b_pair = _diagonal(b_Ak, BC)[:, None] * b_wk + _diagonal(b_Av, BC)[:, None] * b_wv

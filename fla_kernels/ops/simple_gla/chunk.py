@@ -22,7 +22,8 @@ Backward: states recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dv_kernel (dv)
           stored in bf16 for bf16 inputs without a gate, else in float32 (dg reads them
           element-wise).
 Products of two loaded 16-bit tiles take their own dtype (exact); products of a dot's
-result take rounded tf32 operands (`_Launch` says why).
+result take rounded tf32 operands (`_Launch` says why), except, with a gate, dA's products with
+k and q, which take two (`mma_tf32_split`: see the gate gradient below).
 
 The gate gradient. Summing the per-channel identity (ops/common/gate_grad.py)
 over K gives, for t in chunk c,
@@ -33,7 +34,12 @@ scale (q_s . k_s)(do_s . v_s) sits in both q_s . dq_s and k_s . dk_s, and the
 last row's own path k_L^T v_L into h_{c+1} sits in the boundary term and in
 k_L . dk_L. Under strong decay they are O(1) while dg is tiny, so the kernel
 leaves them out of both sides (dq', dk', boundary') before the chunk-local
-reverse cumsum; every term left carries a gate of the chunk.
+reverse cumsum; every term left carries a gate of the chunk. Two things keep dg's sums over
+tokens unbiased in 16-bit (one rounding shared by every row of a chunk had put them at 24 times
+their bound on the H100, fp16, while each element passed): boundary' is exp(G_L) sum(h_c * dh_c)
+plus the rows' k_j . dk_j through the state, the very products the cumsum subtracts, so those
+cancel to the last bit; and the pairs (i, j) that straddle a row t, terms of dg_t, are products
+of about 21 bits.
 """
 from __future__ import annotations
 
@@ -43,7 +49,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
                                                 tuned_blocks)
-from fla_kernels.ops.common.dot import mma, product_settings
+from fla_kernels.ops.common.dot import mma, mma_tf32_split, product_settings
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
@@ -157,14 +163,12 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     if USE_G:
         b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
         b_to_end = exp_nonpos((b_GL - b_G).to(tl.float32))[:, None]
-        # k_j exp(G_L - G_j) without the last row: turns h_c into h_{c+1} - k_L^T v_L
-        b_kd = tl.where(is_last, 0.0, b_k * b_to_end)
         b_eL = tl.exp(tl.minimum(b_GL.to(tl.float32), 0.0))
     b_dA = tl.zeros([BT, BT], dtype=tl.float32)   # [i, j]
     b_dAt = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
     b_dq = tl.zeros([BT, BK], dtype=tl.float32)
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
-    b_bound = tl.zeros([BK], dtype=tl.float32)
+    b_carried = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
@@ -177,8 +181,7 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
         b_dq += mma(b_do, b_ht, FP32_DOT, STATE_DTYPE)
         b_dk += mma(b_v, b_dht, FP32_DOT, STATE_DTYPE)
         if USE_G:
-            b_xt = b_ht * b_eL + mma(tl.trans(b_v), b_kd, FP32_DOT, OPERAND_DTYPE)
-            b_bound += tl.sum(b_xt * b_dht, axis=0)
+            b_carried += tl.sum(b_ht * b_dht, axis=0)
     strict = o_i[:, None] > o_i[None, :]
     strict_t = o_i[:, None] < o_i[None, :]
     # the diagonal carries no gate (exp(0) = 1) and is added apart; dA, dA^T keep j < i only
@@ -187,12 +190,22 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     if USE_G:
         b_dq *= exp_nonpos(b_G.to(tl.float32))[:, None]
         b_dk *= b_to_end
+        # sum(h_{c+1} * dh_c) without the last row's path: the carried state's part, then the
+        # rows' parts from the very products k_j . dk_j that the sums below subtract, so the two
+        # cancel to the last bit
+        b_bound = b_carried * b_eL + tl.sum(tl.where(is_last, 0.0, b_k * b_dk), axis=0)
         b_dA *= decay_matrix(b_G[:, None], b_G[None, :], strict)
         b_dAt *= decay_matrix(b_G[None, :], b_G[:, None], strict_t)
     b_dA = tl.where(strict, b_dA * scale, 0.0)
     b_dAt = tl.where(strict_t, b_dAt * scale, 0.0)
-    b_dqs = b_dq + mma(b_dA, b_k, FP32_DOT, OPERAND_DTYPE)
-    b_dks = b_dk + mma(b_dAt, b_q, FP32_DOT, OPERAND_DTYPE)
+    if USE_G:
+        # the pairs (i, j) straddling a row t are terms of dg_t: split products keep them to
+        # about 21 bits (one tf32 rounding of dA left a residue every later row's sum shares)
+        b_dqs = b_dq + mma_tf32_split(b_dA, b_k, FP32_DOT)
+        b_dks = b_dk + mma_tf32_split(b_dAt, b_q, FP32_DOT)
+    else:
+        b_dqs = b_dq + mma(b_dA, b_k, FP32_DOT, OPERAND_DTYPE)
+        b_dks = b_dk + mma(b_dAt, b_q, FP32_DOT, OPERAND_DTYPE)
     store_rows(dq, b_dqs + b_diag * b_k, base_k, c0, T, H, K, BT, BK, i_k)
     store_rows(dk, b_dks + b_diag * b_q, base_k, c0, T, H, K, BT, BK, i_k)
     if USE_G:

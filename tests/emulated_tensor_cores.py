@@ -1,0 +1,76 @@
+"""Run under TRITON_INTERPRET=1 FLA_EMULATE_TENSOR_CORES=1 by test_tensor_core_emulation.py (the
+switch is read when fla_kernels is imported): prints one JSON object of results."""
+import json
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common import dot
+from harness.cases import Case
+from harness.registry import get_op
+from harness.runner import Implementation, run_case
+
+
+@triton.jit
+def _product(a, b, c, OPERAND_DTYPE: tl.constexpr):
+    o = tl.arange(0, 16)
+    x = tl.load(a + o[:, None] * 16 + o[None, :])
+    y = tl.load(b + o[:, None] * 16 + o[None, :])
+    tl.store(c + o[:, None] * 16 + o[None, :], dot.mma(x, y, False, OPERAND_DTYPE))
+
+
+@triton.jit
+def _bf16_once(a, b, FP32_DOT: tl.constexpr):
+    """A planted split product that rounds its operands to bf16 once, as a plain 16-bit one does."""
+    return dot.mma(a, b, FP32_DOT, tl.bfloat16)
+
+
+@triton.jit
+def _tf32_once(a, b, FP32_DOT: tl.constexpr):
+    """A planted split product that rounds its operands to tf32 once, as a plain tf32 one does."""
+    return dot.mma(a, b, FP32_DOT, tl.float32)
+
+
+PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once}
+SPLIT_PRODUCTS = ("mma_split", "mma_tf32_split")   # what a planted product takes the place of
+
+
+def products():
+    """max |mma - exact product of the rounded operands| and max |mma - exact product|, per dtype."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 16, generator=gen) for _ in range(2))
+    out = {}
+    for name, tl_dtype, dtype in (("bf16", tl.bfloat16, torch.bfloat16), ("fp16", tl.float16, torch.float16)):
+        c = torch.empty(16, 16)
+        _product[(1,)](a, b, c, tl_dtype)
+        rounded = a.to(dtype).double() @ b.to(dtype).double()
+        out[name] = [(c.double() - rounded).abs().max().item(),
+                     (c.double() - a.double() @ b.double()).abs().max().item()]
+    return out
+
+
+def gate_sums(op, variant, dtype, T, gate, planted):
+    """{tensor: (verdict, message)} of the dg rows of one small case; planted: None, or the
+    `PLANTED` product that takes the place of the split products in the kernel's module."""
+    spec = get_op(op)
+    fn = spec.variant_fn(variant)
+    if planted:
+        module = sys.modules[fn.__module__.rsplit(".", 1)[0] + "." + variant]
+        for name in SPLIT_PRODUCTS:
+            if hasattr(module, name):
+                setattr(module, name, PLANTED[planted])
+    case = Case(op=op, dtype=dtype, B=1, T=T, H=2, K=32, V=32, h0="grad", gate=gate, seed=0,
+                M=16 if op == "gsa" else 0)
+    rows = run_case(spec, case, [Implementation(variant, "ours", fn)], torch.device("cpu"), checks=())
+    return {r["tensor"]: (r["verdict"], r["message"]) for r in rows if r["tensor"].startswith("dg")}
+
+
+if __name__ == "__main__":
+    job = sys.argv[1]
+    if job == "products":
+        print(json.dumps(products()))
+    else:
+        op, variant, dtype, T, gate, planted = sys.argv[2:]
+        print(json.dumps(gate_sums(op, variant, dtype, int(T), gate, planted if planted in PLANTED else None)))
