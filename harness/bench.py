@@ -181,8 +181,7 @@ def run_bench(plan, out_dir: Path, run_id: str, echo=print, kernels: bool = Fals
     kernels: also <out_dir>/kernels.csv, the per-kernel split of every candidate whose
     forward+backward pass ran (`kernel_rows`).
     """
-    from reports.bench import BENCH_COLUMNS
-    from reports.kernels import KERNEL_COLUMNS
+    from reports.schema import BENCH_COLUMNS, KERNEL_COLUMNS
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "bench.csv"
     shared = {"run_id": run_id, **run_fields()}

@@ -21,6 +21,7 @@ from harness.registry import OPS, get_op
 from harness.run_folder import RunFolderError, prepare
 from harness import upstream
 from harness.runner import EXTRA_CHECKS, implementations
+from reports.schema import SHAPE
 
 
 class UsageError(Exception):
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dtype", type=_csv(str), default=list(DTYPES), help="fp32,fp16,bf16")
     sweep.add_argument("--variant", type=_csv(str), help="variants to run (default: all of the op)")
     sweep.add_argument("--preset", help=f"case grid: {', '.join(PRESETS)} (default: gpu with CUDA, else cpu)")
-    for axis in ("B", "T", "H", "K", "V", "M"):
+    for axis in SHAPE:
         sweep.add_argument(f"--{axis}", type=_csv(int), help=f"override the preset's {axis} values")
     sweep.add_argument("--h0", type=_csv(str), help=f"initial state: {', '.join(H0_OPTIONS)}")
     sweep.add_argument("--gate", type=_csv(str), help=f"gate strength: {', '.join(GATES)}")
@@ -192,7 +193,7 @@ def plan_sweep(args):
     _check_choices("gate", args.gate, list(GATES))
     preset = args.preset or default_preset()
     _check_choices("preset", [preset], list(PRESETS))
-    for axis in ("B", "T", "H", "K", "V", "M"):
+    for axis in SHAPE:
         if any(v < 1 for v in getattr(args, axis) or []):
             raise UsageError(f"--{axis} values must be positive integers")
     if args.checks is None:
@@ -342,7 +343,7 @@ def cmd_bench(args) -> int:
         raise UsageError(str(exc).rstrip("."))
     _check_choices("dtype", [args.dtype], list(DTYPES))
     _check_choices("implementation source", args.impls, ["ours", "fla", "torch"])
-    for axis in ("B", "T", "H", "K", "V", "M"):
+    for axis in SHAPE:
         if getattr(args, axis) < 1:
             raise UsageError(f"--{axis} must be a positive integer")
     plan = []

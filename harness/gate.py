@@ -21,13 +21,9 @@ from pathlib import Path
 import torch
 
 from fla_kernels.utils import interpreting
+from reports.schema import BASELINE_COLUMNS
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
-# Columns a baseline keeps: the row's identity, its numbers and verdict, and where it was made.
-# The floor (the golden's rounding in the tensor's dtype) and atol make the gate's noise model.
-BASELINE_COLUMNS = ["run_id", "case_id", "op", "variant", "impl", "dtype", "B", "T", "H", "K", "V", "M",
-                    "h0", "gate", "seed", "check", "tensor", "err", "floor", "atol", "bound", "ratio",
-                    "verdict", "device", "torch", "triton", "git"]
 MACHINES = "machines.json"   # per device class: op -> the machine its baseline was written on
 
 

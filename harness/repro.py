@@ -20,6 +20,7 @@ import torch
 
 from harness import checks, metrics, tolerance
 from harness.cases import DTYPES, GATES, H0_OPTIONS, Case
+from reports.schema import SHAPE
 from harness.checks import segment_bounds
 from harness.registry import OpSpec, get_op, load_function
 from harness.runner import DTYPE_NAMES, _seq_layout, contract_dtypes, expected_tensors
@@ -127,7 +128,7 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
         "imports": _imports(spec, target),
         "case_id_literal": _literal(case.case_id), "target_literal": _literal(target),
         "op": _literal(case.op), "dtype_literal": _literal(case.dtype), "torch_dtype": str(case.torch_dtype),
-        "dims": ", ".join(str(getattr(case, d)) for d in ("B", "T", "H", "K", "V", "M")),
+        "dims": ", ".join(str(getattr(case, d)) for d in SHAPE),
         "h0": _literal(case.h0), "gate": _literal(case.gate), "gate_divisor": repr(GATES[case.gate]),
         "seed": repr(case.seed), "segments": repr(cuts),
         "device": _literal(device) if device else '"cuda" if torch.cuda.is_available() else "cpu"',

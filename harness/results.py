@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.run_folder import RunFolderError
-from harness.schema import COLUMNS
+from reports.schema import COLUMNS
 
 
 class ResultWriter:

@@ -18,7 +18,7 @@ from harness.inputs import CaseInputs, make_inputs
 from harness.layer_checks import layer_rows
 from harness.metrics import compare_sums, compare_to_golden, compare_variants
 from harness.registry import OpSpec, load_function
-from harness.schema import FINAL_STATE_UNUSED
+from reports.schema import FINAL_STATE_UNUSED
 from harness.tolerance import tolerance_for
 
 

@@ -29,15 +29,11 @@ from .kernels import kernels_nav, kernels_section
 from .markdown import md_escape
 from .plots import png_data_uri
 from .results import coerce_columns, fmt_num, run_meta
+from .schema import BENCH_COLUMNS, BENCH_FLOAT_COLUMNS, BENCH_INT_COLUMNS, SHAPE
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-BENCH_COLUMNS = ("run_id", "op", "impl", "variant", "dtype", "B", "T", "H", "K", "V", "M",
-                 "phase", "median_ms", "q25_ms", "q75_ms", "tflops", "gbps", "message",
-                 "device", "torch", "triton", "git")
-BENCH_INT_COLUMNS = ("B", "T", "H", "K", "V", "M")
-BENCH_FLOAT_COLUMNS = ("median_ms", "q25_ms", "q75_ms", "tflops", "gbps")
-DIMS = ("B", "T", "H", "K", "V", "M")
+DIMS = SHAPE
 # One row of the wide table per KEY; SHAPE_KEY is what one figure panel shows.
 KEY = ("op", "dtype", *DIMS, "variant", "impl")
 SHAPE_KEY = ("op", "dtype", *DIMS)

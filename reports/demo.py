@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from harness.schema import COLUMNS
+from .schema import COLUMNS
 
 _OPS = {
     "gla": (("chunk", "fused_chunk", "fused_recurrent"), ("o", "ht", "dq", "dk", "dv", "dg", "dh0")),

@@ -15,9 +15,9 @@ import pandas as pd
 
 from .patterns import failure_patterns
 from .plots import error_vs_T_figure, png_data_uri, ratio_vs_T_figure
-from .results import (FLOAT_COLUMNS, INT_COLUMNS, RUN_COLUMNS, _plain_impl, coerce_results,
-                      fmt_num, run_meta, subject, summarize, tensor_group, tensor_sort_key,
-                      worst_ratio)
+from .results import (_plain_impl, coerce_results, fmt_num, run_meta, subject, summarize,
+                      tensor_group, tensor_sort_key, worst_ratio)
+from .schema import FLOAT_COLUMNS, INT_COLUMNS, RUN_COLUMNS, SHAPE
 
 # err/bound colour bands: green below AMBER_FROM, amber up to 1, red above 1, grey for NaN.
 AMBER_FROM = 0.75
@@ -226,7 +226,7 @@ def _table(df: pd.DataFrame, columns: Iterable[str], table_id: str, cls: str = "
 
 def _shapes(df: pd.DataFrame) -> list:
     """"B2 T4096 H2 K64 V64" (M when set, not 0) per row."""
-    dims = [c for c in ("B", "T", "H", "K", "V", "M") if df[c].notna().any()]
+    dims = [c for c in SHAPE if df[c].notna().any()]
     return [" ".join(f"{c}{fmt_num(v)}" for c, v in zip(dims, vals)
                      if v is not pd.NA and v == v and not (c == "M" and v == 0))
             for vals in df[dims].itertuples(index=False, name=None)]

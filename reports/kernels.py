@@ -17,12 +17,11 @@ from matplotlib.figure import Figure
 from .html import _table
 from .markdown import md_escape
 from .plots import png_data_uri
+from .schema import KERNEL_COLUMNS, SHAPE
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-KERNEL_COLUMNS = ("run_id", "op", "impl", "variant", "dtype", "B", "T", "H", "K", "V", "M",
-                  "kernel", "calls", "ms", "share")
-CANDIDATE = ("op", "dtype", "B", "T", "H", "K", "V", "M", "variant", "impl")
+CANDIDATE = ("op", "dtype", *SHAPE, "variant", "impl")
 TOP = 10          # kernels drawn per candidate; the rest are summed into one bar
 NAME_CHARS = 48   # kernel names are cut to this length in the figure and the markdown
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.schema import FINAL_STATE_UNUSED
+from .schema import FINAL_STATE_UNUSED
 
 from .results import coerce_results, fmt_num, subject, tensor_sort_key
 

@@ -13,16 +13,13 @@ from typing import Iterable, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from harness.schema import COLUMNS, VERDICTS
+from .schema import COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, RUN_COLUMNS, VERDICTS
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-INT_COLUMNS = ("B", "T", "H", "K", "V", "M", "seed", "nan", "inf")
-FLOAT_COLUMNS = ("err", "rel", "rms_rel", "base_err", "floor", "atol", "bound", "ratio", "wall_s")
 NUMERIC_COLUMNS = INT_COLUMNS + FLOAT_COLUMNS
 STRING_COLUMNS = tuple(c for c in COLUMNS if c not in NUMERIC_COLUMNS)
 BAD_VERDICTS = ("FAIL", "ERROR")
-RUN_COLUMNS = ("run_id", "device", "torch", "triton", "git")  # per-run metadata, usually constant
 
 # Tensors in the order a kernel author reads them: output, state, then gradients.
 TENSOR_ORDER = ("o", "ht", "dq", "dr", "dk", "dv", "dg", "dw", "ds", "du", "dh0")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.schema import COLUMNS
+from reports.schema import COLUMNS
 from reports import BAD_STATUSES, KEY, compare_runs, read_results, render_compare_html, \
     render_compare_markdown, write_compare_html
 from reports.compare import COMPARE_COLUMNS, STATUSES, compare_figure, fmt_growth

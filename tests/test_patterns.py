@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness.runner import run_case
-from harness.schema import FINAL_STATE_UNUSED as FINAL
+from reports.schema import FINAL_STATE_UNUSED as FINAL
 from reports import render_html, render_markdown, render_terminal
 from reports.patterns import (MAX_REL_AT_1_BIT, RMS_REL_AT_1_BIT, failure_patterns,
                               significand_bits)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.schema import COLUMNS
+from reports.schema import COLUMNS
 from reports import (error_vs_T_figure, failures, ratio_vs_T_figure, read_results, render_html,
                      render_markdown, render_terminal, summarize, write_html)
 from reports import plots as plots_mod
