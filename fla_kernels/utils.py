@@ -1,4 +1,4 @@
-"""Argument checks and launch helpers shared by every op's public functions."""
+"""Argument checks shared by every op's public functions, and whether the interpreter runs them."""
 from __future__ import annotations
 
 import os
@@ -11,44 +11,6 @@ SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def interpreting() -> bool:
     """True when Triton runs kernels through its CPU interpreter."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-def interpreter_numerics() -> bool:
-    """Whether kernels must avoid what the interpreter gets wrong (bf16 math, rounding stores).
-
-    The same as `interpreting()`; kept apart so the compile check can record the specialisations
-    a GPU would compile while running under the interpreter.
-    """
-    return interpreting()
-
-
-def emulating_tensor_cores() -> bool:
-    """Whether the interpreter stands in for the tensor cores (FLA_EMULATE_TENSOR_CORES=1).
-
-    The interpreter's own bf16 products are wrong, so by default every product there is IEEE
-    fp32, and a CPU run never sees the rounding of 16-bit and tf32 operands. With this set, `mma`
-    rounds its operands to nearest in fp32 arithmetic first, as the tensor cores read them: the
-    residues that rounding leaves (a gate gradient whose two sides no longer cancel) show on CPU.
-    """
-    return interpreting() and os.environ.get("FLA_EMULATE_TENSOR_CORES", "0") == "1"
-
-
-def dots_in_fp32(dtype: torch.dtype) -> bool:
-    """Whether matrix products take fp32 operands (exact IEEE) rather than `dtype` operands.
-
-    fp32 inputs always do; so does everything under the interpreter, whose bf16 arithmetic and
-    bf16 `tl.dot` are wrong, unless it emulates the tensor cores' operand rounding.
-    """
-    return dtype == torch.float32 or (interpreter_numerics() and not emulating_tensor_cores())
-
-
-def store_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a kernel should write a `dtype` output in before torch casts it.
-
-    Under the interpreter fp32 -> bf16/fp16 stores truncate instead of rounding to nearest, which
-    doubles the error; there kernels write fp32 and torch rounds. On a GPU: `dtype` itself.
-    """
-    return torch.float32 if interpreter_numerics() else dtype
 
 
 def check_inputs(op: str, tensors: dict, shapes: dict, initial_state=None, state_shape=None):

@@ -81,7 +81,7 @@ def recording_launches():
         records.append(_describe_launch(self.fn, args, kwargs))
 
     with mock.patch.object(InterpretedFunction, "run", record), \
-            mock.patch("fla_kernels.utils.interpreter_numerics", return_value=False):
+            mock.patch("fla_kernels.precision.interpreter_numerics", return_value=False):
         yield records
 
 

@@ -11,8 +11,8 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import gates_after, gates_from
+from fla_kernels.precision import dots_in_fp32
 from fla_kernels.ops.common.tiles import load_chunk_rows
-from fla_kernels.utils import dots_in_fp32
 from tests.kernel_testing import DEVICE
 
 BT, BC, K = 64, 16, 16

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from fla_kernels.precision import dots_in_fp32
 from fla_kernels.ops.common.chunk_state import chunk_gate_sums
-from fla_kernels.utils import dots_in_fp32
 from tests.kernel_testing import DEVICE
 
 BT, K = 64, 32

@@ -40,12 +40,12 @@ import triton.language as tl
 from fla_kernels.ops.common.chunk_state import (block_size, chunk_bwd_dh, chunk_fwd_h,
                                                 chunk_gate_sums, diag_level_sums, exp_nonpos,
                                                 gates_after, gates_from, tuned_blocks)
-from fla_kernels.ops.common.dot import mma, mma_split, product_settings
+from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import launch
 from fla_kernels.ops.common.tiles import (gather_rows, load_chunk_rows, load_rows, load_rows_t,
                                           load_state, store_rows)
-from fla_kernels.utils import store_dtype
+from fla_kernels.precision import product_settings, store_dtype
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products

@@ -1,20 +1,11 @@
-"""Matrix product whose operand precision is chosen at compile time."""
-import torch
+"""Matrix products whose operand precision is chosen at compile time (`fla_kernels.precision`)."""
 import triton
 import triton.language as tl
 
-from fla_kernels.utils import dots_in_fp32, emulating_tensor_cores
+from fla_kernels.precision import emulating_tensor_cores
 
-TL_DTYPES = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}
 # the interpreter rounds 16-bit and tf32 operands as the tensor cores do (`emulating_tensor_cores`)
 EMULATE = tl.constexpr(emulating_tensor_cores())
-
-
-def product_settings(dtype: torch.dtype, tf32: bool = False) -> dict:
-    """The FP32_DOT and OPERAND_DTYPE constexprs of `mma` for inputs of `dtype`: IEEE fp32
-    products where `dots_in_fp32` says so, else tensor-core operands of the inputs' own dtype or,
-    with tf32, rounded tf32 ones."""
-    return dict(FP32_DOT=dots_in_fp32(dtype), OPERAND_DTYPE=tl.float32 if tf32 else TL_DTYPES[dtype])
 
 
 @triton.jit

@@ -51,8 +51,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.precision import store_dtype
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.utils import store_dtype
 
 CHUNK = 64  # tokens per chunk of the gate-gradient sums
 

@@ -12,8 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fla_kernels.precision import store_dtype
 from fla_kernels.ops.common.launch import launch
-from fla_kernels.utils import store_dtype
 
 BLOCK = 2048
 

@@ -49,13 +49,13 @@ import triton.language as tl
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
                                                 exp_nonpos, load_prefix, load_prefix_row,
                                                 load_suffix)
-from fla_kernels.ops.common.dot import add_rounded, mma, mma_split, product_settings
+from fla_kernels.ops.common.dot import add_rounded, mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
-from fla_kernels.utils import store_dtype
+from fla_kernels.precision import product_settings, store_dtype
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums

@@ -54,12 +54,12 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_level_sums,
                                                 exp_nonpos, gates_after, gates_from)
-from fla_kernels.ops.common.dot import mma, mma_split, product_settings
+from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
-from fla_kernels.utils import store_dtype
+from fla_kernels.precision import product_settings, store_dtype
 
 BT = 64  # tokens per chunk: the states are stored at chunk starts
 BC = 16  # tokens per sub-chunk (one gate block), one program each

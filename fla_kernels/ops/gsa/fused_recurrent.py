@@ -40,7 +40,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
-from fla_kernels.utils import check_inputs, store_dtype
+from fla_kernels.precision import store_dtype
+from fla_kernels.utils import check_inputs
 
 CHUNK = 64  # tokens per chunk of the dg sums
 

@@ -26,12 +26,12 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import block_size
-from fla_kernels.ops.common.dot import add_rounded, mma, product_settings
+from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
 from fla_kernels.ops.simple_gla.chunk import prepare
-from fla_kernels.utils import store_dtype
+from fla_kernels.precision import product_settings, store_dtype
 
 BT = 64  # tokens per chunk
 

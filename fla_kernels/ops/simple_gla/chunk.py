@@ -49,11 +49,12 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
                                                 tuned_blocks)
-from fla_kernels.ops.common.dot import mma, mma_tf32_split, product_settings
+from fla_kernels.ops.common.dot import mma, mma_tf32_split
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
-from fla_kernels.utils import check_inputs, store_dtype
+from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.utils import check_inputs
 
 BT = 64  # tokens per chunk
 
