@@ -38,6 +38,7 @@ RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/
     ("fla_kernels/ops/common/__init__.py", EVERY_OP),
     ("fla_kernels/__init__.py", EVERY_OP),
     ("fla_kernels/utils.py", EVERY_OP),
+    ("fla_kernels/precision.py", EVERY_OP),
     ("fla_kernels/layers/gated_slot_attention.py", ["gsa"]),
     ("fla_kernels/layers/linear_attention.py", ["linear_attn"]),
     ("fla_kernels/layers/cache.py", WITH_LAYERS),
