@@ -15,7 +15,7 @@ import torch
 from harness.cases import Case
 from harness.inputs import make_inputs
 from harness.registry import get_op, load_function
-from harness.runner import execute
+from harness.execution import execute
 
 
 def _sync():

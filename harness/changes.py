@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.layer_checks import LAYERS
+from harness.checks.layer import LAYERS
 from harness.registry import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -110,7 +110,7 @@ def _runs_on_import(entries, graph) -> set:
 
 def entry_modules(op: str) -> dict:
     """What of the op the gate runs -> its modules: the variants' kernels, the float64 references
-    and the layer (harness.layer_checks.LAYERS)."""
+    and the layer (harness.checks.layer.LAYERS)."""
     spec = OPS[op]
     return {"kernels": {target.split(":")[0] for target in spec.variants.values()},
             "references": {target.split(":")[0] for target in (spec.reference_loop, spec.reference_chunked)},

@@ -20,7 +20,8 @@ from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op
 from harness.run_folder import RunFolderError, prepare
 from harness import upstream
-from harness.runner import EXTRA_CHECKS, implementations
+from harness.checks import EXTRA_CHECKS
+from harness.runner import implementations
 from reports.schema import SHAPE
 
 

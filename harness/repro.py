@@ -4,7 +4,7 @@ A kernel author debugging a failed row wants the case without the harness around
 inputs, bit for bit, the same call of the function under test, the same float64 golden and
 same-dtype baseline, and the same numbers per tensor. `write_repro` writes that script from
 TEMPLATE: the case's numbers, input shapes and tolerances become literals, and the comparison code
-is the harness's own (`harness/metrics.py`, `tolerance.py`, `checks.py`), copied in with
+is the harness's own (`harness/metrics.py`, `tolerance.py`, `allocations.py`), copied in with
 `inspect.getsource`, so the script's err, bound and verdict are the sweep's row for the case.
 """
 from __future__ import annotations
@@ -18,10 +18,10 @@ from types import SimpleNamespace
 
 import torch
 
-from harness import checks, metrics, tolerance
+from harness import allocations, metrics, tolerance
 from harness.cases import DTYPES, GATES, H0_OPTIONS, Case
 from reports.schema import SHAPE
-from harness.checks import segment_bounds
+from harness.checks.segments import segment_bounds
 from harness.registry import OpSpec, get_op, load_function
 from harness.runner import DTYPE_NAMES, _seq_layout, contract_dtypes, expected_tensors
 from harness.tolerance import tolerance_for
@@ -41,7 +41,7 @@ _COPIED_TOLERANCE = (tolerance.Tolerance,)
 _COPIED_METRICS = (metrics._max, metrics.first_bad_index, metrics.worst_index,
                    metrics.nonfinite_counts, metrics.compare_to_golden, metrics._name, metrics._missing,
                    metrics._bound_sentence)
-_COPIED_ALLOCATIONS = (checks.nan_filled_allocations,)
+_COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
 
 
 def parse_case_id(case_id: str) -> Case:

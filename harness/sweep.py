@@ -12,7 +12,9 @@ from harness.cases import Case
 from harness.environment import device, run_fields
 from harness.registry import OpSpec
 from harness.results import ResultWriter, read_finished
-from harness.runner import EXTRA_CHECKS, Implementation, describe_error, run_case, run_row
+from harness.checks import EXTRA_CHECKS, checks_per_case
+from harness.execution import describe_error
+from harness.runner import Implementation, run_case, run_row
 
 
 class DeviceLost(RuntimeError):
@@ -120,27 +122,6 @@ def _rows_before_loss(rows: list[dict], case: Case, impls, error: str | None) ->
     message = (f"the GPU context was lost during this case ({cause}); the checks after that were "
                "not run, and the sweep went on in a new process")
     return kept + [run_row(case, impl, "ERROR", message[:500]) for impl in suspects]
-
-
-def checks_per_case(plan, checks) -> list[tuple]:
-    """The checks each planned case runs. The optional-argument combinations exercise argument
-    handling, not numerics: they run on the first case with T > 1 of each (op, dtype,
-    initial-state option) of the plan; the layer check, which brings its own gates and state, on
-    the first case with T > 1 of each (op, dtype, T). Taken from the plan alone, so a resumed run
-    gives each check to the same case as an uninterrupted one."""
-    covered, out = set(), []
-    for _, case, _ in plan:
-        keep = []
-        for check in checks:
-            key = {"options": (check, case.op, case.dtype, case.h0),
-                   "layer": (check, case.op, case.dtype, case.T)}.get(check)
-            if key is not None:
-                if key in covered or case.T < 2:
-                    continue
-                covered.add(key)
-            keep.append(check)
-        out.append(tuple(keep))
-    return out
 
 
 def _render(csv_path: Path, out_dir: Path, meta: dict):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 import fla_kernels  # noqa: F401
-from harness.checks import nan_filled_allocations
+from harness.allocations import nan_filled_allocations
 
 
 @pytest.fixture(autouse=True)

@@ -11,9 +11,10 @@ import torch
 from harness.cases import Case
 from harness.changes import ROOT, changed_files, entry_modules, import_graph, ops_for_path, select_ops
 from harness.inputs import make_inputs
-from harness.layer_checks import LAYERS, build_layer
+from harness.checks.layer import LAYERS, build_layer
 from harness.registry import OPS, load_function
-from harness.runner import golden_and_baseline, run_implementation
+from harness.execution import run_implementation
+from harness.goldens import golden_and_baseline
 
 EVERY_OP = list(OPS)
 WITH_LAYERS = ["linear_attn", "gla", "rwkv6", "gsa"]
@@ -50,6 +51,7 @@ RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/
     ("references/common.py", EVERY_OP),
     ("harness/tolerance.py", EVERY_OP),
     ("harness/runner.py", EVERY_OP),
+    ("harness/checks/options.py", EVERY_OP),
     ("pyproject.toml", EVERY_OP),
     ("somewhere/new.py", EVERY_OP),
     ("README.md", []),

@@ -8,9 +8,10 @@ import torch
 
 from fla_kernels.utils import interpreting
 from harness.cases import Case
-from harness.checks import (bitwise_equal, describe_difference, nan_filled_allocations,
-                            segment_bounds)
-from harness.layer_checks import LAYERS
+from harness.allocations import nan_filled_allocations
+from harness.checks.bits import bitwise_equal, describe_difference
+from harness.checks.segments import segment_bounds
+from harness.checks.layer import LAYERS
 from harness.registry import OPS, load_function
 from harness.runner import Implementation, run_case
 from tests.kernel_testing import DEVICE

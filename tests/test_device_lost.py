@@ -85,7 +85,7 @@ def test_the_case_names_the_step_under_way_when_an_error_escapes_it(monkeypatch)
     def raises(*args, **kwargs):
         raise RuntimeError("CUDA error: misaligned address")
 
-    monkeypatch.setattr("harness.runner.layer_rows", raises)
+    monkeypatch.setattr("harness.checks.layer.layer_rows", raises)
     where = {}
     with pytest.raises(RuntimeError):
         run_case(SPEC, case(T=20, h0="none"), [impl("baseline_like")], torch.device("cpu"),

@@ -11,7 +11,7 @@ import torch
 from harness.cases import Case
 from harness.inputs import make_inputs
 from harness.registry import OPS
-from harness.runner import execute
+from harness.execution import execute
 from tests.gpu_compile import compile_records, distinct, recording_launches
 
 # K != V, non-power-of-two head dims, loops over several K- and V-blocks (where the pipeliner

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from harness.cases import GATES, H0_OPTIONS, Case
-from harness.checks import bitwise_equal
+from harness.checks.bits import bitwise_equal
 from harness.environment import device as default_device
 from harness.inputs import make_inputs
 from harness.registry import OPS, get_op, load_function

@@ -43,7 +43,8 @@ def test_determinism_runs_for_implementations_that_are_not_our_interpreted_kerne
 
 def test_determinism_is_left_out_for_our_kernels_only_under_the_interpreter(monkeypatch):
     from fla_kernels.utils import interpreting
-    from harness.runner import Implementation, can_race
+    from harness.checks.determinism import can_race
+    from harness.runner import Implementation
     ours = Implementation("chunk", "ours", None)
     theirs = Implementation("chunk", "pkg:chunk", None)
     assert can_race(theirs)

@@ -1,6 +1,7 @@
-"""The layer of an op (fla_kernels.layers) around an implementation: output shape, one call and two
-segments through the Cache against a float64 golden of the same layer (outputs and parameter
-gradients), inputs and cache left untouched, and truncated training segment by segment."""
+"""layer: the op's layer (fla_kernels.layers) around an implementation: output shape, one call and
+two segments through the Cache against a float64 golden of the same layer (outputs and parameter
+gradients), inputs and cache left untouched, and truncated training segment by segment. The layer
+brings its own gates and state, so it runs once per (op, dtype, T) of a plan."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +11,9 @@ import torch
 
 from fla_kernels.layers import (GatedLinearAttention, GatedSlotAttention, LinearAttention,
                                 RWKV6Attention)
-from harness.checks import bitwise_equal, describe_difference, segment_bounds
+from harness.checks import Check
+from harness.checks.bits import bitwise_equal, describe_difference
+from harness.checks.segments import segment_bounds
 from harness.metrics import compare_to_golden
 from harness.registry import load_function
 from harness.tolerance import tolerance_for
@@ -126,3 +129,12 @@ def _prefixed(label: str, metrics: dict) -> dict:
     if label and metrics.get("message"):
         metrics["message"] = f"through the cache{label}: {metrics['message']}"
     return metrics
+
+
+def rows(ctx, impl, execution) -> list[dict]:
+    return layer_rows(ctx.spec, ctx.case, impl, ctx.device,
+                      lambda check, tensor, **fields: ctx.row(impl, check, tensor, **fields))
+
+
+CHECK = Check("layer", rows, group=("op", "dtype", "T"),
+              applies=lambda ctx, impl: ctx.spec.name in LAYERS)

@@ -1,0 +1,35 @@
+"""The float64 golden and the same-dtype baseline of a case, through the golden cache."""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from harness.cases import Case
+from harness.execution import execute
+from harness.inputs import CaseInputs
+from harness.registry import OpSpec, load_function
+
+
+def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None, golden=None,
+                        **options) -> tuple[dict, dict]:
+    """The float64 golden (loop for short T, chunked form beyond) and the same-dtype baseline,
+    taken from `cache` (a GoldenCache) when it has them, and stored there when computed.
+
+    `golden` given: only the baseline is computed (a chain of segments changes the rounding of
+    the same-dtype arithmetic, not the float64 truth)."""
+    if cache is not None:
+        found = cache.get(spec, case, options, inputs.do.device)
+        if found is not None:
+            return found
+    loop = load_function(spec.reference_loop)
+    chunked = load_function(spec.reference_chunked)
+    golden_fn = loop if case.T <= spec.loop_max_T else chunked
+    if golden is None:
+        golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64, **options)
+    baseline_fn = functools.partial(chunked, operand_dtype=case.torch_dtype,
+                                    chunk_size=spec.baseline_chunk_size)
+    baseline = execute(baseline_fn, spec, case, inputs, **options)
+    if cache is not None:
+        cache.put(spec, case, options, golden, baseline)
+    return golden, baseline
