@@ -1,7 +1,7 @@
 """determinism: the case run again must give bitwise the same outputs and gradients; the row names
 the first tensor that differed and by how much."""
 from fla_kernels.utils import interpreting
-from harness.checks import Check
+from harness.checks.check import Check
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.execution import describe_error
 

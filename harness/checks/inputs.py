@@ -1,6 +1,6 @@
 """inputs: every input, initial state and upstream gradient is bitwise the same after forward and
 backward; a kernel that writes into one fails, naming it."""
-from harness.checks import Check
+from harness.checks.check import Check
 from harness.checks.bits import bitwise_equal, describe_difference
 
 

@@ -11,7 +11,7 @@ import torch
 
 from fla_kernels.layers import (GatedLinearAttention, GatedSlotAttention, LinearAttention,
                                 RWKV6Attention)
-from harness.checks import Check
+from harness.checks.check import Check
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.segments import segment_bounds
 from harness.metrics import compare_to_golden

@@ -3,7 +3,7 @@ an initial state without gradient, an optional input passed as None) against its
 It exercises argument handling, not numerics: once per (op, dtype, initial-state option) of a
 plan, on cases short enough for the float64 loop (`loop_max_T`), as each combination is a golden
 of its own."""
-from harness.checks import Check
+from harness.checks.check import Check
 from harness.execution import describe_error
 from reports.schema import FINAL_STATE_UNUSED
 

@@ -2,7 +2,7 @@
 gradient flowing back through it; every tensor against the golden, bounded by the baseline
 chained through the same segments (its rounding differs from one call's: a final chunk of 44
 tokens instead of 1 moves fp16's ht error 40-fold)."""
-from harness.checks import Check
+from harness.checks.check import Check
 from harness.execution import describe_error
 
 

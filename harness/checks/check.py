@@ -1,0 +1,34 @@
+"""What a check is (`Check`) and what it is given of the case under way (`CaseContext`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass
+class CaseContext:
+    """What a check needs of the case under way: its op, case, inputs and device; the tensors it
+    returns (`names`); `against_golden(out, name, references=None)`, the metrics of one tensor
+    against the case's golden and baseline or other `references`; `references_for(label,
+    options, **known)`, the golden and baseline of the case run with `options` (computed once per
+    label); `run(impl, **options)`, one forward and backward (an `Execution`); `row(impl, check,
+    tensor, **fields)`, a result row."""
+    spec: object
+    case: object
+    inputs: object
+    device: object
+    names: list
+    against_golden: Callable
+    references_for: Callable
+    run: Callable
+    row: Callable
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: `rows(ctx, impl, execution)` are its rows for an implementation whose run gave
+    `execution`; `applies(ctx, impl)` says whether it runs for that implementation at all."""
+    name: str
+    rows: Callable
+    group: tuple = ()
+    applies: Callable = lambda ctx, impl: True
