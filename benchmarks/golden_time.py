@@ -14,7 +14,8 @@ import torch
 
 from harness.cases import Case
 from harness.inputs import make_inputs
-from harness.registry import get_op, load_function
+from harness.declaration import load_function
+from harness.registry import get_op
 from harness.execution import execute
 
 
@@ -45,7 +46,7 @@ def main():
     for op in args.op.split(","):
         spec = get_op(op)
         case = Case(op=op, dtype="bf16", B=1, T=args.T, H=1, K=64, V=64, h0="grad", gate="normal",
-                    seed=0, M=64 if spec.uses_slots else 0)
+                    seed=0, **{s: 64 for s in spec.symbols})
         inputs = make_inputs(spec, case, device)
         chunked = load_function(spec.reference_chunked)
         golden = timed(lambda: execute(chunked, spec, case, inputs, to_dtype=torch.float64), args.repeat)

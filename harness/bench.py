@@ -31,7 +31,7 @@ import torch
 from harness.cases import Case
 from harness.environment import run_fields
 from harness.inputs import make_inputs
-from harness.registry import OpSpec, load_function
+from harness.declaration import OpSpec, load_function
 
 CHUNK = 64
 QUANTILES = [0.5, 0.25, 0.75]
@@ -73,11 +73,13 @@ def candidates(spec: OpSpec, variants, sources) -> list[Candidate]:
 
 
 def nominal_flops(spec: OpSpec, case: Case) -> float:
-    """Forward FLOPs of the chunked algorithm (see the module docstring)."""
+    """Forward FLOPs of the chunked algorithm (see the module docstring): one pass per state,
+    over the state's last two dimensions (K -> V; gsa K -> M and M -> V)."""
+    dims = case.dims()
+
     def one_pass(K, V):
         return 2 * case.T * (CHUNK * K + CHUNK * V + 2 * K * V)
-    per_head = one_pass(case.K, case.M) + one_pass(case.M, case.V) if spec.uses_slots else \
-        one_pass(case.K, case.V)
+    per_head = sum(one_pass(dims[s.shape[-2]], dims[s.shape[-1]]) for s in spec.states)
     return float(case.B * case.H * per_head)
 
 

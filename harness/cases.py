@@ -6,9 +6,16 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from harness.declaration import CORE_SYMBOLS
+from reports.schema import SHAPE
+
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-GATES = {"normal": 1.0, "strong": 0.05, "weak": 16.0}
+# a log gate is logsigmoid(randn) / GATES[gate] (a log decay <= 0); "extreme" sets every gate to
+# EXTREME_GATE instead: a 64-step chunk's gate sum reaches -3840, where exp underflows in any dtype
+GATES = {"normal": 1.0, "strong": 0.05, "weak": 16.0, "extreme": None}
+EXTREME_GATE = -60.0
 H0_OPTIONS = ("none", "random", "grad")   # no initial state / given / given and requiring grad
+OWN_SYMBOLS = tuple(s for s in SHAPE if s not in CORE_SYMBOLS)   # ops' own symbols, 0 where unused
 
 
 @dataclass(frozen=True)
@@ -23,12 +30,12 @@ class Case:
     h0: str
     gate: str
     seed: int
-    M: int = 0
+    M: int = 0    # one field per OWN_SYMBOLS
 
     @property
     def case_id(self) -> str:
-        m = f"-M{self.M}" if self.M else ""
-        return (f"{self.op}-{self.dtype}-B{self.B}-T{self.T}-H{self.H}-K{self.K}-V{self.V}{m}"
+        own = "".join(f"-{s}{getattr(self, s)}" for s in OWN_SYMBOLS if getattr(self, s))
+        return (f"{self.op}-{self.dtype}-B{self.B}-T{self.T}-H{self.H}-K{self.K}-V{self.V}{own}"
                 f"-h0_{self.h0}-{self.gate}-s{self.seed}")
 
     @property
@@ -36,7 +43,7 @@ class Case:
         return DTYPES[self.dtype]
 
     def dims(self) -> dict:
-        return {"B": self.B, "T": self.T, "H": self.H, "K": self.K, "V": self.V, "M": self.M}
+        return {s: getattr(self, s) for s in SHAPE}
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -47,44 +54,47 @@ PRESETS = {
     "cpu": {
         "description": "small shapes for the Triton interpreter (default without a GPU)",
         "B": [1], "T": [1, 65], "H": [2], "KV": [(16, 16), (12, 20)],
-        "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [16],
+        "h0": ["none", "grad"], "gate": ["normal", "strong"],
     },
     "gpu": {
         "description": "the GPU grid (default with a GPU)",
         "B": [2], "T": [1, 63, 64, 65, 1000, 4096, 43884], "H": [1, 4],
         "KV": [(64, 64), (64, 16), (128, 128), (60, 60)],
-        "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [16, 64],
+        "h0": ["none", "grad"], "gate": ["normal", "strong"],
     },
     "long": {
         "description": "long sequences (golden from the chunked float64 form)",
         "B": [1], "T": [16384, 43884, 65536], "H": [1], "KV": [(64, 64)],
-        "h0": ["none", "grad"], "gate": ["normal", "strong"], "M": [64],
+        "h0": ["none", "grad"], "gate": ["normal", "strong"],
     },
     "smoke": {
         "description": "one tiny case, to see that everything runs",
-        "B": [1], "T": [17], "H": [1], "KV": [(16, 16)], "h0": ["grad"], "gate": ["normal"], "M": [16],
+        "B": [1], "T": [17], "H": [1], "KV": [(16, 16)], "h0": ["grad"], "gate": ["normal"],
     },
 }
-AXES = ("B", "T", "H", "KV", "h0", "gate", "M")
+AXES = ("B", "T", "H", "KV", "h0", "gate")
 
 
 def default_preset() -> str:
     return "gpu" if torch.cuda.is_available() else "cpu"
 
 
-def expand(op: str, dtypes, preset: str, overrides: dict, seed: int, uses_slots: bool = False) -> list[Case]:
-    """The cases of `preset` for `op` and each dtype, with axes replaced by `overrides`.
+def expand(spec, dtypes, preset: str, overrides: dict, seed: int) -> list[Case]:
+    """The cases of `preset` for the op `spec` and each dtype, with axes replaced by `overrides`.
 
-    The slot axis M applies only to ops with slots (`uses_slots`); the others get M = 0.
+    The op's own shape symbols (gsa's M) take the values its declaration gives the preset; the
+    other ops record 0 for them.
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset '{preset}'; known presets: {', '.join(PRESETS)}.")
     axes = {a: PRESETS[preset][a] for a in AXES}
-    axes.update({a: v for a, v in overrides.items() if v})
-    if not uses_slots:
-        axes["M"] = [0]
+    axes.update({name: symbol.presets[preset] for name, symbol in spec.symbols.items()})
+    axes.update({a: v for a, v in overrides.items() if v and a in axes})
+    names = list(axes)
     cases = []
     for dtype in dtypes:
-        for B, T, H, (K, V), h0, gate, M in itertools.product(*(axes[a] for a in AXES)):
-            cases.append(Case(op=op, dtype=dtype, B=B, T=T, H=H, K=K, V=V, h0=h0, gate=gate, seed=seed, M=M))
+        for values in itertools.product(*axes.values()):
+            point = dict(zip(names, values))
+            K, V = point.pop("KV")
+            cases.append(Case(op=spec.name, dtype=dtype, K=K, V=V, seed=seed, **point))
     return cases

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.checks.layer import LAYERS
+from harness.checks.layer import layer_class
 from harness.registry import OPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,12 +109,13 @@ def _runs_on_import(entries, graph) -> set:
 
 
 def entry_modules(op: str) -> dict:
-    """What of the op the gate runs -> its modules: the variants' kernels, the float64 references
-    and the layer (harness.checks.layer.LAYERS)."""
+    """What of the op the gate runs -> its modules: the variants' kernels, the float64 references,
+    the layer and the op's declaration."""
     spec = OPS[op]
     return {"kernels": {target.split(":")[0] for target in spec.variants.values()},
             "references": {target.split(":")[0] for target in (spec.reference_loop, spec.reference_chunked)},
-            "layer": {LAYERS[op].__module__} if op in LAYERS else set()}
+            "layer": set() if spec.layer is None else {layer_class(spec).__module__},
+            "declaration": {spec.declared_in}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -125,7 +126,7 @@ def op_code(root: Path = ROOT) -> dict:
     for op in OPS:
         reasons = code[op] = {}
         for what, entries in entry_modules(op).items():
-            verb = "imports" if what == "layer" else "import"
+            verb = "import" if what in ("kernels", "references") else "imports"
             for module in sorted(_runs_on_import(entries, graph)):
                 path = graph[module].path
                 reasons.setdefault(path, f"its {what} changed ({path})" if module in entries

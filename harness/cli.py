@@ -17,7 +17,7 @@ from fla_kernels.utils import interpreting
 from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, Case, default_preset, expand
 from harness.environment import new_run_id
 from harness.golden_cache import GoldenCache, default_dir
-from harness.registry import OPS, get_op
+from harness.registry import OPS, get_op, op_symbols
 from harness.run_folder import RunFolderError, prepare
 from harness import upstream
 from harness.checks import EXTRA_CHECKS
@@ -46,6 +46,15 @@ def _csv(kind):
     return parse
 
 
+BENCH_SHAPE = {"B": 8, "T": 2048, "H": 16, "K": 128, "V": 128}   # bench's default shape
+
+
+def _own_symbol_note(axis: str) -> str:
+    """' (M: slots per head; gsa)' for a symbol some ops declare, '' for a core one."""
+    users = [spec.name for spec in OPS.values() if axis in spec.symbols]
+    return f" ({axis}: {op_symbols()[axis].meaning}; {', '.join(users)})" if users else ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -55,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--variant", type=_csv(str), help="variants to run (default: all of the op)")
     sweep.add_argument("--preset", help=f"case grid: {', '.join(PRESETS)} (default: gpu with CUDA, else cpu)")
     for axis in SHAPE:
-        sweep.add_argument(f"--{axis}", type=_csv(int), help=f"override the preset's {axis} values")
+        sweep.add_argument(f"--{axis}", type=_csv(int), help=f"override the preset's {axis} values"
+                           + _own_symbol_note(axis))
     sweep.add_argument("--h0", type=_csv(str), help=f"initial state: {', '.join(H0_OPTIONS)}")
     sweep.add_argument("--gate", type=_csv(str), help=f"gate strength: {', '.join(GATES)}")
     sweep.add_argument("--seed", type=int, default=0)
@@ -109,8 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--op", type=_csv(str), required=True, help="op(s), comma-separated")
     bench.add_argument("--variant", type=_csv(str), help="variants (default: all of the op)")
     bench.add_argument("--dtype", default="bf16", help="fp32, fp16 or bf16 (default bf16)")
-    for axis, default in (("B", 8), ("T", 2048), ("H", 16), ("K", 128), ("V", 128), ("M", 64)):
-        bench.add_argument(f"--{axis}", type=int, default=default, help=f"default {default}")
+    defaults = {**BENCH_SHAPE, **{name: s.bench for name, s in op_symbols().items()}}
+    for axis in SHAPE:
+        bench.add_argument(f"--{axis}", type=int, default=defaults[axis],
+                           help=f"default {defaults[axis]}" + _own_symbol_note(axis))
     bench.add_argument("--impls", type=_csv(str), default=["ours", "fla", "torch"],
                        help="ours, fla, torch (default all three)")
     bench.add_argument("--warm-cache", action="store_true",
@@ -202,7 +214,8 @@ def plan_sweep(args):
     elif args.checks != ["none"]:
         _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
     external, sets = _parse_impls(args.impl, specs)
-    overrides = {"B": args.B, "T": args.T, "H": args.H, "h0": args.h0, "gate": args.gate, "M": args.M}
+    overrides = {axis: getattr(args, axis) for axis in SHAPE if axis not in ("K", "V")}
+    overrides.update(h0=args.h0, gate=args.gate)
     if args.K or args.V:
         overrides["KV"] = list(itertools.product(args.K or args.V, args.V or args.K))
     plan = []
@@ -220,7 +233,7 @@ def plan_sweep(args):
             impls = implementations(spec, variants, chosen)
         except ValueError as exc:
             raise UsageError(str(exc).rstrip("."))
-        for case in expand(spec.name, args.dtype, preset, overrides, args.seed, spec.uses_slots):
+        for case in expand(spec, args.dtype, preset, overrides, args.seed):
             plan.append((spec, case, impls))
     return plan, preset
 
@@ -351,8 +364,8 @@ def cmd_bench(args) -> int:
     for spec in specs:
         variants = args.variant or list(spec.variants)
         _check_choices(f"variant of {spec.name}", variants, list(spec.variants))
-        case = Case(op=spec.name, dtype=args.dtype, B=args.B, T=args.T, H=args.H, K=args.K, V=args.V,
-                    h0="none", gate="normal", seed=args.seed, M=args.M if spec.uses_slots else 0)
+        dims = {axis: getattr(args, axis) if axis in spec.used_symbols() else 0 for axis in SHAPE}
+        case = Case(op=spec.name, dtype=args.dtype, h0="none", gate="normal", seed=args.seed, **dims)
         plan.append((spec, case, bench.candidates(spec, variants, args.impls)))
     if interpreting():
         print("note: no GPU; these are the Triton interpreter's times, which say nothing about a GPU's")

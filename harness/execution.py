@@ -9,7 +9,7 @@ import torch
 
 from harness.cases import Case
 from harness.inputs import CaseInputs
-from harness.registry import OpSpec
+from harness.declaration import OpSpec
 
 
 @dataclass
@@ -68,7 +68,8 @@ def returned_problems(spec: OpSpec, case: Case, returned, t0: int, t1: int) -> t
 
 
 def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None,
-                       segments=None, final_state="grad", without=(), h0_grad=True) -> Execution:
+                       segments=None, final_state="grad", without=(), h0_grad=True,
+                       requires_grad=None, o_in_loss=True) -> Execution:
     """Forward and backward with the shared upstream gradients.
 
     Inputs are cloned first (optionally cast to `to_dtype`), so no implementation sees another's
@@ -78,25 +79,30 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     backward runs through the whole chain. final_state: "grad" (returned, its upstream gradient in
     the loss), "unused" (returned, not in the loss) or "off" (output_final_state=False); the
     inputs named in `without` are passed as None; h0_grad=False passes a case's initial state
-    without requires_grad. What each call returns is checked against the op before anything
+    without requires_grad; `requires_grad` names the inputs whose gradients are taken (default
+    all); o_in_loss=False leaves o out of the loss (only the final states' gradients flow).
+    Initial states and their upstream gradients stay float32 unless `to_dtype` is float64 (a
+    golden). What each call returns is checked against the op before anything
     else uses it: RunFailed names a wrong shape or type, and a backward that raises.
     """
-    def leaf(x, grad=True):
-        x = x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
-        return x.requires_grad_(grad)
+    state_dtype = torch.float64 if to_dtype == torch.float64 else None
 
-    def upstream(x):
-        return x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
+    def upstream(x, dtype=to_dtype):
+        return x.detach().clone() if dtype is None else x.detach().to(dtype)
+
+    def leaf(x, grad=True, dtype=to_dtype):
+        return upstream(x, dtype).requires_grad_(grad)
 
     single = len(spec.states) == 1
-    leaves = {name: leaf(x) for name, x in inputs.tensors.items() if name not in without}
+    leaves = {name: leaf(x, requires_grad is None or name in requires_grad)
+              for name, x in inputs.tensors.items() if name not in without}
     given = {name: (x, inputs.tensors[name]) for name, x in leaves.items()}
     h0 = None
     if inputs.initial_states is not None:
-        h0 = tuple(leaf(x, grad=case.h0 == "grad" and h0_grad) for x in inputs.initial_states)
+        h0 = tuple(leaf(x, case.h0 == "grad" and h0_grad, state_dtype) for x in inputs.initial_states)
         given.update({f"initial {s.name}": (x, orig) for s, x, orig in
                       zip(spec.states, h0, inputs.initial_states)})
-    sequence = {s.name for s in spec.inputs if tuple(s.shape[:2]) == ("B", "T")}
+    sequence = spec.sequence_inputs()
     pieces, finals = [], h0
     for t0, t1 in segments or [(0, case.T)]:
         args = [leaves.get(name) for name in inputs.tensors]
@@ -118,9 +124,9 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     if finals is None:
         finals = (None,) * len(spec.states)
     do = upstream(inputs.do)
-    dhts = tuple(upstream(x) for x in inputs.dhts)
+    dhts = tuple(upstream(x, state_dtype) for x in inputs.dhts)
     given["the upstream gradient of o"] = (do, inputs.do)
-    outputs, grads = [o], [do]
+    outputs, grads = ([o], [do]) if o_in_loss else ([], [])
     for s, final, dht, orig in zip(spec.states, finals, dhts, inputs.dhts):
         given[f"the upstream gradient of {s.name}t"] = (dht, orig)
         if final is not None and final_state == "grad":
@@ -130,7 +136,8 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     for name, final in zip(spec.final_state_names(), finals):
         result[name] = None if final is None else final.detach()
     try:
-        torch.autograd.backward(outputs, grads)
+        if outputs:
+            torch.autograd.backward(outputs, grads)
     except Exception as exc:
         raise RunFailed(f"backward raised {describe_error(exc)}",
                         {} if segments else {k: v for k, v in result.items() if v is not None}) from exc

@@ -8,7 +8,7 @@ import torch
 from harness.cases import Case
 from harness.execution import execute
 from harness.inputs import CaseInputs
-from harness.registry import OpSpec, load_function
+from harness.declaration import OpSpec, load_function
 
 
 def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None, golden=None,

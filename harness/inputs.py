@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from harness.cases import GATES, Case
-from harness.registry import OpSpec
+from harness.cases import EXTREME_GATE, GATES, Case
+from harness.declaration import OpSpec
 
 
 @dataclass
@@ -17,7 +17,7 @@ class CaseInputs:
     initial_states: tuple    # float32 tensors, one per state of the op, or None
     do: torch.Tensor         # upstream gradient of o, case dtype
     dhts: tuple              # upstream gradients of the final states, float32
-    scale: float
+    scale: float | None      # None: the implementation's default (K ** -0.5)
 
 
 def _generator(case: Case) -> torch.Generator:
@@ -26,16 +26,18 @@ def _generator(case: Case) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(key.encode()))
 
 
-def make_inputs(spec: OpSpec, case: Case, device) -> CaseInputs:
-    """Draw every input in float32 on the CPU, round it to the case dtype, move it to `device`."""
-    gen = _generator(case)
+def make_inputs(spec: OpSpec, case: Case, device, generator: torch.Generator | None = None) -> CaseInputs:
+    """Draw every input in float32 on the CPU, round it to the case dtype, move it to `device`:
+    the inputs in call order, the initial states (unless case.h0 is "none"), do, the dhts.
+    `generator`: the CPU generator to draw from (default: the case's own, `_generator`)."""
+    gen = _generator(case) if generator is None else generator
     dims = case.dims()
     dtype = case.torch_dtype
 
     def draw(shape, kind="randn"):
         x = torch.randn(shape, generator=gen, dtype=torch.float32)
         if kind == "gate":
-            x = F.logsigmoid(x) / GATES[case.gate]
+            x = torch.full_like(x, EXTREME_GATE) if GATES[case.gate] is None else F.logsigmoid(x) / GATES[case.gate]
         return x.to(dtype).to(device)
 
     tensors = {s.name: draw(spec.shape_of(s, dims), s.kind) for s in spec.inputs}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import pprint
 import re
 import string
 from pathlib import Path
@@ -18,20 +19,23 @@ from types import SimpleNamespace
 
 import torch
 
-from harness import allocations, metrics, tolerance
-from harness.cases import DTYPES, GATES, H0_OPTIONS, Case
+from harness import allocations, cases, declaration, execution, goldens, inputs, metrics, tolerance
+from harness.cases import DTYPES, EXTREME_GATE, GATES, H0_OPTIONS, OWN_SYMBOLS, Case
 from reports.schema import SHAPE
 from harness.checks.segments import segment_bounds
-from harness.registry import OpSpec, get_op, load_function
+from harness.declaration import OpSpec, load_function
+from harness.registry import get_op
 from harness.runner import DTYPE_NAMES, _seq_layout, contract_dtypes, expected_tensors
 from harness.tolerance import tolerance_for
 
 _COUNT = r"[1-9][0-9]*"
 _CASE_ID = re.compile(
     rf"(?P<op>[a-z][a-z0-9_]*)-(?P<dtype>[a-z0-9]+)-B(?P<B>{_COUNT})-T(?P<T>{_COUNT})-H(?P<H>{_COUNT})"
-    rf"-K(?P<K>{_COUNT})-V(?P<V>{_COUNT})(?:-M(?P<M>{_COUNT}))?-h0_(?P<h0>[a-z]+)-(?P<gate>[a-z]+)"
+    rf"-K(?P<K>{_COUNT})-V(?P<V>{_COUNT})"
+    + "".join(rf"(?:-{s}(?P<{s}>{_COUNT}))?" for s in OWN_SYMBOLS)
+    + rf"-h0_(?P<h0>[a-z]+)-(?P<gate>[a-z]+)"
     rf"-s(?P<seed>0|-?{_COUNT})")
-_CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>[-M<n>]-h0_<{'|'.join(H0_OPTIONS)}>-"
+_CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>{''.join(f'[-{s}<n>]' for s in OWN_SYMBOLS)}-h0_<{'|'.join(H0_OPTIONS)}>-"
                  f"<{'|'.join(GATES)}>-s<seed>, e.g. rwkv6-bf16-B1-T65-H2-K16-V16-h0_grad-normal-s0")
 
 # The harness code the script carries verbatim: the tolerance, the comparison with the golden and
@@ -42,6 +46,13 @@ _COPIED_METRICS = (metrics._max, metrics.first_bad_index, metrics.worst_index,
                    metrics.nonfinite_counts, metrics.compare_to_golden, metrics._name, metrics._missing,
                    metrics._bound_sentence)
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
+# The case core: the declaration's types, the case, drawing the inputs, running an implementation
+# forward and backward, and the golden and baseline; the script builds SPEC and CASE from them.
+_COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.Symbol, declaration.LayerSpec,
+                declaration.OpSpec, declaration.load_function, cases.Case, inputs.CaseInputs,
+                inputs._generator, inputs.make_inputs, execution.Execution, execution.RunFailed,
+                execution._shape_text, execution.returned_problems, execution.run_implementation,
+                execution.execute, execution.describe_error, goldens.golden_and_baseline)
 
 
 def parse_case_id(case_id: str) -> Case:
@@ -57,9 +68,8 @@ def parse_case_id(case_id: str) -> Case:
         if fields[name] not in allowed:
             raise ValueError(f"case id '{case_id}' has {name} '{fields[name]}' where one of "
                              f"{', '.join(allowed)} was expected.")
-    numbers = {k: int(fields[k]) for k in ("B", "T", "H", "K", "V", "seed")}
-    return Case(op=fields["op"], dtype=fields["dtype"], h0=fields["h0"], gate=fields["gate"],
-                M=int(fields["M"] or 0), **numbers)
+    numbers = {k: int(fields[k] or 0) for k in (*SHAPE, "seed")}
+    return Case(op=fields["op"], dtype=fields["dtype"], h0=fields["h0"], gate=fields["gate"], **numbers)
 
 
 def script_name(case_id: str, variant: str, segments: bool = False) -> str:
@@ -83,7 +93,7 @@ def write_repro(case_id: str, path, variant: str | None = None, target: str | No
     if variant not in spec.variants:
         raise ValueError(f"op {spec.name} has no variant '{variant}'; its variants are "
                          f"{', '.join(spec.variants)}.")
-    _check_slots(spec, case)
+    _check_own_symbols(spec, case)
     target = target or spec.variants[variant]
     load_function(target)
     if segments and not segment_bounds(case.T):
@@ -99,12 +109,15 @@ def write_repro(case_id: str, path, variant: str | None = None, target: str | No
     return path
 
 
-def _check_slots(spec: OpSpec, case: Case):
-    """Ops with slots (gsa) need M in the id; the others must not have one."""
-    if spec.uses_slots and not case.M:
-        raise ValueError(f"case '{case.case_id}' has no -M<n>, which op {spec.name} (with slots) needs.")
-    if case.M and not spec.uses_slots:
-        raise ValueError(f"case '{case.case_id}' has M={case.M}, but op {spec.name} has no slots.")
+def _check_own_symbols(spec: OpSpec, case: Case):
+    """An op's own symbols (gsa's M) must be in the id; other ops' must not."""
+    for symbol in OWN_SYMBOLS:
+        if symbol in spec.used_symbols() and not getattr(case, symbol):
+            raise ValueError(f"case '{case.case_id}' has no -{symbol}<n>, which op {spec.name} "
+                             f"({spec.symbols[symbol].meaning}) needs.")
+        if getattr(case, symbol) and symbol not in spec.used_symbols():
+            raise ValueError(f"case '{case.case_id}' has {symbol}={getattr(case, symbol)}, but op "
+                             f"{spec.name} has no {symbol}.")
 
 
 def _check_device(device: str):
@@ -124,19 +137,15 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
     fields = {
         "case_id": case.case_id, "filename": filename, "dtype": case.dtype,
         "what": ", segments check" if cuts else "", "segments_note": _segments_note(cuts),
-        "under_test": under_test,
-        "imports": _imports(spec, target),
-        "case_id_literal": _literal(case.case_id), "target_literal": _literal(target),
-        "op": _literal(case.op), "dtype_literal": _literal(case.dtype), "torch_dtype": str(case.torch_dtype),
-        "dims": ", ".join(str(getattr(case, d)) for d in SHAPE),
-        "h0": _literal(case.h0), "gate": _literal(case.gate), "gate_divisor": repr(GATES[case.gate]),
-        "seed": repr(case.seed), "segments": repr(cuts),
+        "under_test": under_test, "target": target.replace(":", " import "),
+        "target_literal": _literal(target), "segments": repr(cuts),
         "device": _literal(device) if device else '"cuda" if torch.cuda.is_available() else "cpu"',
-        "loop_max_T": spec.loop_max_T, "baseline_chunk": spec.baseline_chunk_size,
-        "inputs": "\n".join(f"    ({_literal(s.name)}, {_shape(s.shape)}, {_literal(s.kind)}),"
-                            for s in spec.inputs),
-        "states": "\n".join(f"    ({_literal(s.name)}, {_shape(s.shape)})," for s in spec.states),
-        "sequence_inputs": _names([s.name for s in spec.inputs if tuple(s.shape[:2]) == ("B", "T")]),
+        "spec": pprint.pformat(spec, width=100), "case": pprint.pformat(case, width=100),
+        "constants": "\n".join(f"{name} = {value!r}" for name, value in (
+            ("DTYPES", cases.DTYPES), ("SHAPE", SHAPE), ("CORE_SYMBOLS", declaration.CORE_SYMBOLS),
+            ("OWN_SYMBOLS", OWN_SYMBOLS),
+            ("GATES", GATES), ("EXTREME_GATE", EXTREME_GATE))),
+        "core_source": _sources(_COPIED_CORE),
         "tolerance_source": _sources(_COPIED_TOLERANCE),
         "metrics_source": _sources(_COPIED_METRICS),
         "allocations_source": _sources(_COPIED_ALLOCATIONS),
@@ -154,20 +163,6 @@ def _segments_note(cuts) -> str:
     spans = " ".join(f"[{a},{b})" for a, b in cuts)
     return (f"\nThe function runs over the segments {spans} of the T steps: each call starts from the\n"
             f"previous call's final state, and backward runs through the chain (SEGMENTS below).\n")
-
-
-def _imports(spec: OpSpec, target: str) -> str:
-    """The function under test and the two references, each under the fixed name the script uses."""
-    imports = (("function_under_test", target, "the function under test"),
-               ("reference_loop", spec.reference_loop, "float64 recurrent loop: the op's definition"),
-               ("reference_chunked", spec.reference_chunked, "the same in chunks: long T, and the baseline"))
-    return "\n".join(f"from {name.replace(':', ' import ')} as {alias}  # {note}"
-                     for alias, name, note in imports)
-
-
-def _shape(symbols) -> str:
-    """('B', 'T', 'H', 'K') -> '(B, T, H, K)', the script's dimension constants."""
-    return "(" + ", ".join(symbols) + ("," if len(symbols) == 1 else "") + ")"
 
 
 def _literal(text: str) -> str:
@@ -205,7 +200,7 @@ Function under test: $under_test.
 $segments_note
 The script stands alone (no harness import). It draws the case's inputs exactly as the harness
 does, bit for bit, runs forward and backward of the function under test, computes the float64
-golden (the op's reference loop, its chunked form beyond LOOP_MAX_T steps, on the inputs upcast
+golden (the op's reference loop, its chunked form beyond SPEC.loop_max_T steps, on the inputs upcast
 exactly) and the same-dtype baseline (the chunked reference with its matrix-product operands in
 $dtype, as a straightforward kernel would compute it), and prints one line per output and
 gradient: the numbers a sweep reports for it.
@@ -231,12 +226,14 @@ Columns, per tensor X, with X64 its golden and Xb its baseline:
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import os
 import sys
 import zlib
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -245,132 +242,41 @@ if not torch.cuda.is_available():
     # Without a GPU, Triton kernels run in its CPU interpreter; the switch precedes their import.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-$imports
+from $target as function_under_test  # noqa: E402
+
 
 # The case ---------------------------------------------------------------------------------------
-CASE_ID = $case_id_literal
 TARGET = $target_literal  # the function under test, as module:function
-OP = $op
-DTYPE = $dtype_literal
-TORCH_DTYPE = $torch_dtype
-B, T, H, K, V, M = $dims  # batch, steps, heads, key and value head dims, slots (gsa)
-H0 = $h0  # initial state: "none", "random" (given) or "grad" (given, its gradient checked)
-GATE = $gate  # gate strength: a gate is logsigmoid(randn) / GATE_DIVISOR, a log decay <= 0
-GATE_DIVISOR = $gate_divisor
-SEED = $seed
-SCALE = K ** -0.5
 DEVICE = $device
 SEGMENTS = $segments  # None: one call; else the (start, end) steps of each chained call
-LOOP_MAX_T = $loop_max_T  # the golden comes from reference_loop up to this T, reference_chunked beyond
-BASELINE_CHUNK_SIZE = $baseline_chunk  # the chunk of production kernels
-
-# The inputs in the function's positional order: name, shape, how it is drawn ("gate": a log decay).
-INPUTS = [
-$inputs
-]
-# The recurrent state(s), [name, shape]: passed and returned as a tensor, as a tuple when several.
-STATES = [
-$states
-]
-SEQUENCE_INPUTS = $sequence_inputs  # the inputs with a time axis, which SEGMENTS cut
+$constants
 
 
-# Inputs -----------------------------------------------------------------------------------------
-@dataclass
-class Inputs:
-    tensors: dict          # name -> tensor in TORCH_DTYPE, in the function's positional order
-    initial_states: tuple  # float32, one per state; None when H0 == "none"
-    do: torch.Tensor       # the upstream gradient of o (TORCH_DTYPE)
-    dhts: tuple            # the upstream gradients of the final states (float32)
+# The case core: the harness's own code, copied verbatim. The op's declaration (SPEC) and the
+# case (CASE) below say what is drawn and run; make_inputs draws the inputs exactly as the
+# harness does, bit for bit; run_implementation runs forward and backward; golden_and_baseline
+# gives the float64 golden (the op's reference loop, its chunked form beyond SPEC.loop_max_T
+# steps) and the same-dtype baseline (the chunked reference with its products' operands in the
+# case's dtype, in chunks of SPEC.baseline_chunk_size).
+$core_source
 
 
-def make_generator() -> torch.Generator:
-    """A CPU generator seeded from the case, so the inputs are the same on every device."""
-    key = f"{SEED}-{B}-{T}-{H}-{K}-{V}-{M}-{DTYPE}-{GATE}"
-    return torch.Generator().manual_seed(zlib.crc32(key.encode()))
+SPEC = $spec
+CASE = $case
 
 
-def make_inputs(device=DEVICE) -> Inputs:
-    """Every input drawn in float32 on the CPU in a fixed order, rounded to TORCH_DTYPE, moved to
-    `device`: the inputs, the initial states (unless H0 is "none"), do, then the dhts."""
-    gen = make_generator()
-
-    def draw(shape, kind="randn"):
-        x = torch.randn(shape, generator=gen, dtype=torch.float32)
-        if kind == "gate":
-            x = F.logsigmoid(x) / GATE_DIVISOR
-        return x.to(TORCH_DTYPE).to(device)
-
-    def draw_states():
-        return tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(device)
-                     for _, shape in STATES)
-
-    tensors = {name: draw(shape, kind) for name, shape, kind in INPUTS}
-    initial_states = None if H0 == "none" else draw_states()
-    do = draw((B, T, H, V))
-    return Inputs(tensors, initial_states, do, draw_states())
+def run(fn, inputs: CaseInputs, to_dtype=None, segments=None) -> dict:
+    """Every output and gradient of one forward and backward of `fn`, as the sweep runs it."""
+    return execute(fn, SPEC, CASE, inputs, to_dtype, segments=segments)
 
 
-# Forward and backward ---------------------------------------------------------------------------
-def run(fn, inputs: Inputs, to_dtype=None, segments=None) -> dict:
-    """Forward and backward of `fn` as the harness runs every implementation.
-
-    Each input is a fresh copy (cast to `to_dtype` if given) requiring grad; the initial state
-    requires grad when H0 == "grad". The call asks for the final state; with `segments` each call
-    takes the previous one's final state and backward runs through the chain. The loss is
-    sum(o * do) + sum(final state * dht). Returns {name: tensor}: "o", the final states
-    ("ht"; gsa "hkt", "hvt"), the gradients of the inputs ("d" + name) and, when H0 == "grad",
-    of the initial states ("dh0"; gsa "dhk0", "dhv0"); None where the function gave none.
-    """
-    def leaf(x, grad=True):
-        x = x.detach().clone() if to_dtype is None else x.detach().to(to_dtype)
-        return x.requires_grad_(grad)
-
-    leaves = {name: leaf(x) for name, x in inputs.tensors.items()}
-    h0 = None
-    if inputs.initial_states is not None:
-        h0 = tuple(leaf(x, grad=H0 == "grad") for x in inputs.initial_states)
-    o, finals = forward(fn, leaves, h0, segments or [(0, T)])
-    do = leaf(inputs.do, grad=False)
-    outputs, grads = [o], [do]
-    for final, dht in zip(finals, inputs.dhts):
-        if final is not None:
-            outputs.append(final)
-            grads.append(leaf(dht, grad=False))
-    torch.autograd.backward(outputs, grads)
-    result = {"o": o.detach()}
-    for (name, _), final in zip(STATES, finals):
-        result[name + "t"] = None if final is None else final.detach()
-    for name, x in leaves.items():
-        result["d" + name] = x.grad
-    if H0 == "grad":
-        for (name, _), x in zip(STATES, h0):
-            result["d" + name + "0"] = x.grad
-    return result
-
-
-def forward(fn, leaves: dict, h0, segments) -> tuple:
-    """o over all of T and the final states (a tuple, one per state), one call per segment."""
-    single = len(STATES) == 1
-    pieces, finals = [], h0
-    for t0, t1 in segments:
-        args = [x[:, t0:t1] if name in SEQUENCE_INPUTS else x for name, x in leaves.items()]
-        state = None if finals is None else (finals[0] if single else finals)
-        o, finals = fn(*args, scale=SCALE, initial_state=state, output_final_state=True)
-        pieces.append(o)
-        finals = (finals,) if single else finals
-    o = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
-    return o, ((None,) * len(STATES) if finals is None else finals)
-
-
-def golden_and_baseline(inputs: Inputs) -> tuple[dict, dict]:
-    """The float64 golden of one call, and the same-dtype baseline (chained through SEGMENTS when
-    set: where a sequence is cut changes the rounding of the baseline, not the float64 truth)."""
-    golden_fn = reference_loop if T <= LOOP_MAX_T else reference_chunked
-    golden = run(golden_fn, inputs, to_dtype=torch.float64)
-    baseline_fn = functools.partial(reference_chunked, operand_dtype=TORCH_DTYPE,
-                                    chunk_size=BASELINE_CHUNK_SIZE)
-    return golden, run(baseline_fn, inputs, segments=SEGMENTS)
+def golden_and_baseline_of_case(inputs: CaseInputs) -> tuple[dict, dict]:
+    """The golden of one call, and the baseline chained through SEGMENTS when set (where a
+    sequence is cut changes the rounding of the baseline, not the float64 truth)."""
+    golden, baseline = golden_and_baseline(SPEC, CASE, inputs)
+    if SEGMENTS:
+        baseline = golden_and_baseline(SPEC, CASE, inputs, golden=golden, segments=SEGMENTS)[1]
+    return golden, baseline
 
 
 # While the function under test runs, memory that code in fla_kernels allocates with torch.empty
@@ -432,16 +338,16 @@ def print_table(metrics: dict):
 def print_case():
     """What runs: the case, the function, the device, and where golden and baseline come from."""
     how = "one call" if SEGMENTS is None else "segments " + " ".join(f"[{a},{b})" for a, b in SEGMENTS)
-    golden = "reference_loop" if T <= LOOP_MAX_T else "reference_chunked"
-    print(f"case {CASE_ID}, {how}, on {DEVICE}\\nfunction under test: {TARGET}")
-    print(f"golden: {golden} in float64; baseline: reference_chunked with {DTYPE} operands, "
-          f"chunks of {BASELINE_CHUNK_SIZE}\\n")
+    golden = SPEC.reference_loop if CASE.T <= SPEC.loop_max_T else SPEC.reference_chunked
+    print(f"case {CASE.case_id}, {how}, on {DEVICE}\\nfunction under test: {TARGET}")
+    print(f"golden: {golden} in float64; baseline: {SPEC.reference_chunked} with {CASE.dtype} "
+          f"operands, chunks of {SPEC.baseline_chunk_size}\\n")
 
 
 if __name__ == "__main__":
     print_case()
-    inputs = make_inputs()
-    golden, baseline = golden_and_baseline(inputs)
+    inputs = make_inputs(SPEC, CASE, DEVICE)
+    golden, baseline = golden_and_baseline_of_case(inputs)
     with nan_filled_allocations():
         results = run(function_under_test, inputs, segments=SEGMENTS)
     metrics = compare(results, golden, baseline)

@@ -17,7 +17,7 @@ from harness.execution import Execution, RunFailed, describe_error, run_implemen
 from harness.goldens import golden_and_baseline
 from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_sums, compare_to_golden, compare_variants
-from harness.registry import OpSpec, load_function
+from harness.declaration import OpSpec, load_function
 from harness.tolerance import tolerance_for
 
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from harness.cases import Case
 from harness.environment import device, run_fields
-from harness.registry import OpSpec
+from harness.declaration import OpSpec
 from harness.results import ResultWriter, read_finished
 from harness.checks import EXTRA_CHECKS, checks_per_case
 from harness.execution import describe_error

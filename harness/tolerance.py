@@ -2,8 +2,8 @@
 
 factor is 2 for outputs and states and 3 for gradients (flash-attention's convention);
 floor_factor is 2, except in fp32 (below); atol only matters where the golden is (nearly)
-zero. Exceptions go in OVERRIDES, one declarative entry per (op, tensor, dtype), each with
-the reason it exists.
+zero. An op's exceptions go in its declaration (`tolerances`, one entry per (tensor, dtype),
+each with the reason it exists); those of every op in OVERRIDES.
 
 fp32 floor_factor 16 (8 units in the last place of max|X64|, about 1e-6 relative): the fp32
 baseline sums its products pairwise (torch), while a Triton `tl.dot` accumulates serially;
@@ -20,13 +20,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from harness.registry import OPS
+
 DEFAULT_FACTOR = {"output": 2.0, "gradient": 3.0}
 DEFAULT_ATOL = {"fp32": 1e-6, "fp16": 1e-5, "bf16": 1e-5}
 DEFAULT_FLOOR_FACTOR = {"fp32": 16.0, "fp16": 2.0, "bf16": 2.0}
 ACCUMULATION_CHUNK = 64   # fp32: the floor factor grows as sqrt(T / ACCUMULATION_CHUNK) beyond it
 
-# (op, tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}; "*" matches anything.
+# ("*", tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}, for every op;
+# "*" matches any tensor or dtype too. An op's own exceptions are in its declaration.
 OVERRIDES: dict = {}
+
+
+def _overrides(op: str) -> dict:
+    """OVERRIDES and the op's declared `tolerances`, keyed (op, tensor, dtype)."""
+    declared = OPS[op].tolerances if op in OPS else {}
+    return {**OVERRIDES, **{(op, tensor, dtype): fields for (tensor, dtype), fields in declared.items()}}
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ def tolerance_for(op: str, tensor: str, dtype: str, T: int = 1, tensor_dtype: st
     if own == "fp32":
         floor_factor *= math.sqrt(max(1.0, T / ACCUMULATION_CHUNK))
     fields = {"factor": DEFAULT_FACTOR[kind], "atol": DEFAULT_ATOL[dtype], "floor_factor": floor_factor}
+    overrides = _overrides(op)
     for key in ((op, tensor, "*"), ("*", tensor, dtype), (op, "*", dtype), (op, tensor, dtype)):
-        fields.update({k: v for k, v in OVERRIDES.get(key, {}).items() if k in fields})
+        fields.update({k: v for k, v in overrides.get(key, {}).items() if k in fields})
     return Tolerance(**fields)

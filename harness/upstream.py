@@ -1,27 +1,18 @@
 """Implementation sets from elsewhere, run through the same sweeps and checks as ours.
 
 `--impl fla` puts upstream flash-linear-attention's public functions in the place of our variants,
-for every variant fla has. fla's functions take our positional order and keywords; the only
-difference is linear attention, which fla normalises by default (`normalize=True` divides by the
-running sum of q k^T); the op defined here is the unnormalised one, so the adapters pass
-`normalize=False`. fla's `fused_chunk_gla` is a stub that raises (deprecated upstream), so gla's
-fused_chunk has no fla counterpart.
+for every variant fla has (each op's declaration lists them under `upstream`). fla's functions
+take our positional order and keywords; the only difference is linear attention, which fla
+normalises by default (`normalize=True` divides by the running sum of q k^T); the op defined here
+is the unnormalised one, so the adapters below pass `normalize=False`.
 """
 from __future__ import annotations
 
 import importlib
 
-FLA = {
-    "linear_attn": {"chunk": "harness.upstream:fla_chunk_linear_attn",
-                    "fused_chunk": "harness.upstream:fla_fused_chunk_linear_attn",
-                    "fused_recurrent": "harness.upstream:fla_fused_recurrent_linear_attn"},
-    "simple_gla": {"chunk": "fla.ops.simple_gla:chunk_simple_gla",
-                   "fused_recurrent": "fla.ops.simple_gla:fused_recurrent_simple_gla"},
-    "gla": {"chunk": "fla.ops.gla:chunk_gla", "fused_recurrent": "fla.ops.gla:fused_recurrent_gla"},
-    "rwkv6": {"chunk": "fla.ops.rwkv6:chunk_rwkv6", "fused_recurrent": "fla.ops.rwkv6:fused_recurrent_rwkv6"},
-    "gsa": {"chunk": "fla.ops.gsa:chunk_gsa", "fused_recurrent": "fla.ops.gsa:fused_recurrent_gsa"},
-}
-SETS = {"fla": FLA}
+from harness.registry import get_op
+
+SETS = ("fla",)   # the sets an op may declare counterparts in (its declaration's `upstream`)
 
 
 def available(name: str) -> str:
@@ -37,7 +28,7 @@ def available(name: str) -> str:
 
 def targets(name: str, op: str) -> dict:
     """{variant: 'module:function'} of set `name` for `op` (empty when it has none)."""
-    return dict(SETS[name].get(op, {}))
+    return dict(get_op(op).upstream.get(name, {}))
 
 
 def _linear_attn(function: str):

@@ -1,4 +1,4 @@
-"""The GLA OpSpec for tests/kernel_testing.py and the checks every GLA kernel test file runs.
+"""The checks every GLA kernel test file runs.
 
 Shared by tests/test_gla_chunk.py and tests/test_gla_fused_chunk.py (each passes its public function);
 kept out of kernel_testing.py, which belongs to the shared oracle.
@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.registry import get_op
 from references.gla import gla_recurrent
-from tests.kernel_testing import (REL_TOL, OpSpec, assert_close, assert_identical,
+from tests.kernel_testing import (REL_TOL, assert_close, assert_identical,
                                   assert_matches_reference, assert_unchanged, make_inputs, reference, run)
 
-GLA = OpSpec("gla", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "g": "BTHK"}, ("g",), gla_recurrent)
+GLA = get_op("gla")
 
 SHAPES = [  # B, T, H, K, V, initial state, output_final_state
     pytest.param(2, 1, 2, 16, 8, True, True, id="T1"),

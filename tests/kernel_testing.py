@@ -1,95 +1,88 @@
 """Shared oracle and assertions for the kernel tests (in the spirit of attention-gym's attn_gym/testing).
 
-An op family is described once by an `OpSpec`: its inputs in call order with their layouts, which of
-them are log gates, its recurrent state tensors and its float64 reference. A test then
+An op is the harness's declaration (`harness.registry.get_op`), and a test runs the harness's own
+case core: inputs drawn by `harness.inputs.make_inputs`, forward and backward by
+`harness.execution.run_implementation`. A test then
 
     x = make_inputs(RWKV6, B, T, H, K, V, torch.bfloat16, gate="strong", h0=True)
     got = run(fused_recurrent_rwkv6, x, output_final_state=True)   # forward + backward, every tensor
     assert_matches_reference(RWKV6, got, reference(RWKV6, x, True), torch.bfloat16)
 
-Inputs are drawn from a seeded CPU generator in the kernel's dtype and moved to `DEVICE`, so CPU and
-GPU runs see the same numbers and the float64 reference sees them upcast exactly. One upstream
-gradient for o (in the inputs' dtype, as autograd hands it to a kernel) and one for each final state
-(float32) are shared by every implementation.
+Inputs are drawn from a CPU generator seeded by the test's seed, in the kernel's dtype, and moved to
+`DEVICE`, so CPU and GPU runs see the same numbers and the float64 reference sees them upcast
+exactly. One upstream gradient for o (in the inputs' dtype) and one for each final state (float32)
+are shared by every implementation.
 
 Result keys (see `result_names`): "o"; "<state>t" for each final state ("ht"); "d<input>" for each
 input ("dr", "dw"); "d<state>0" for each initial state ("dh0"). A key maps to None when the tensor
 does not exist in that run (no final state asked for, no initial state, gradient not requested).
-
-Other op families reuse the module with their own spec, e.g. (layout letters: B T H K V M)
-    GLA = OpSpec("gla", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "g": "BTHK"}, ("g",), gla_recurrent)
-    SIMPLE_GLA = OpSpec("simple_gla", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "g": "BTH"}, ("g",), ...)
-    GSA = OpSpec("gsa", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "s": "BTHM", "g": "BTHM"}, ("g",), ...,
-                 states={"hk": "BHKM", "hv": "BHMV"})
-and `make_inputs(..., none=("g",))` passes an input as None (simple GLA without a gate).
+`make_inputs(..., none=("g",))` passes an input as None (simple GLA without a gate).
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 
-from references.rwkv6 import rwkv6_recurrent
+from harness.cases import Case
+from harness.declaration import OpSpec, load_function
+from harness.execution import run_implementation
+from harness.inputs import CaseInputs, make_inputs as draw_case_inputs
+from harness.registry import get_op
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-# gates = logsigmoid(randn) / normaliser; "extreme" sets every gate to EXTREME_GATE instead
-GATE_NORMALISER = {"normal": 1.0, "strong": 0.05, "weak": 16.0}
-EXTREME_GATE = -60.0  # every step decays by exp(-60): a 64-token chunk's gate sum reaches -3840
+RWKV6 = get_op("rwkv6")
 
 # max|X - X64| <= REL_TOL * max|X64|, per kernel dtype
 REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 # half an ulp, relative: a result computed in fp32 and rounded once to fp16 / bf16 is that close
 HALF_ULP = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 ROUNDED_ONCE_SLACK = 1e-4  # of max|X64|, for the fp32 arithmetic before that one rounding
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """What the oracle needs to know about one op family's public signature.
-
-    The public function is called as fn(*inputs, scale=, initial_state=, output_final_state=) and
-    returns (o [B, T, H, V], final state or None); with several states both are tuples.
-    """
-    name: str
-    inputs: dict            # input name -> layout (letters of B T H K V M), in call order
-    gates: tuple            # the inputs that are log gates
-    reference: Callable     # float64 reference with the public signature
-    states: dict = field(default_factory=lambda: {"h": "BHKV"})  # state name -> layout
-
-    @property
-    def multi_state(self) -> bool:
-        return len(self.states) > 1
-
-
-RWKV6 = OpSpec("rwkv6", {"r": "BTHK", "k": "BTHK", "v": "BTHV", "w": "BTHK", "u": "HK"}, ("w",),
-               rwkv6_recurrent)
+_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def result_names(spec: OpSpec) -> list:
     """Every key of a `run` result, in a fixed order."""
-    return (["o"] + [s + "t" for s in spec.states] + ["d" + n for n in spec.inputs]
-            + ["d" + s + "0" for s in spec.states])
+    return (["o"] + spec.final_state_names() + ["d" + s.name for s in spec.inputs]
+            + spec.initial_state_grad_names())
 
 
 def state_result_names(spec: OpSpec) -> set:
     """Result keys of states and their gradients: float32 whatever the inputs' dtype."""
-    return {s + "t" for s in spec.states} | {"d" + s + "0" for s in spec.states}
+    return set(spec.final_state_names()) | set(spec.initial_state_grad_names())
 
 
 @dataclass
 class Inputs:
-    """One case's tensors: inputs (in `dtype`, on the device), initial states (float32 or None),
-    upstream gradients do (in `dtype`) and dht (float32, one per state)."""
+    """One case's tensors (the harness's `CaseInputs`), the names passed as None, and every run's
+    `Execution` (the copies the implementations received, for `assert_unchanged`)."""
     spec: OpSpec
-    dtype: torch.dtype
-    tensors: dict           # input name -> tensor, or None for an input passed as None
-    h0: Optional[tuple]     # one float32 tensor per state, or None
-    do: torch.Tensor
-    dht: tuple
+    case: Case
+    drawn: CaseInputs
+    none: tuple = ()
+    executions: list = field(default_factory=list)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.case.torch_dtype
+
+    @property
+    def tensors(self) -> dict:
+        """Input name -> tensor in call order, None for an input passed as None."""
+        return {n: None if n in self.none else x for n, x in self.drawn.tensors.items()}
+
+    @property
+    def h0(self):
+        return self.drawn.initial_states
+
+    @property
+    def do(self):
+        return self.drawn.do
+
+    @property
+    def dht(self):
+        return self.drawn.dhts
 
     def args(self, dtype=None) -> list:
         """The inputs in call order, cast to `dtype` (default: as generated)."""
@@ -100,11 +93,12 @@ class Inputs:
         if self.h0 is None:
             return None
         states = tuple(s.to(dtype) for s in self.h0)
-        return states if self.spec.multi_state else states[0]
+        return states if len(self.spec.states) > 1 else states[0]
 
     def replace(self, **tensors) -> "Inputs":
         """The same case with some inputs replaced (e.g. by non-contiguous copies of the same values)."""
-        return dataclasses.replace(self, tensors={**self.tensors, **tensors})
+        drawn = dataclasses.replace(self.drawn, tensors={**self.drawn.tensors, **tensors})
+        return dataclasses.replace(self, drawn=drawn, executions=[])
 
     def snapshot(self) -> dict:
         """Copies of every tensor, for `assert_unchanged`."""
@@ -112,88 +106,55 @@ class Inputs:
 
     def _all(self) -> dict:
         out = {n: x for n, x in self.tensors.items() if x is not None}
-        for name, s in zip(self.spec.states, self.h0 or ()):
-            out[name + "0"] = s
+        for s, x in zip(self.spec.states, self.h0 or ()):
+            out[s.name + "0"] = x
         out["do"] = self.do
-        out.update({"d" + name + "t": g for name, g in zip(self.spec.states, self.dht)})
+        out.update({"d" + s.name + "t": g for s, g in zip(self.spec.states, self.dht)})
         return out
 
 
 def make_inputs(spec: OpSpec, B, T, H, K, V, dtype, gate="normal", h0=True, seed=0, M=None,
                 none=(), device=DEVICE) -> Inputs:
-    """Seeded inputs in `dtype` on `device`: randn, gates logsigmoid(randn) / GATE_NORMALISER[gate]
-    (or all EXTREME_GATE for gate="extreme"); float32 initial states when h0; do and dht.
-
-    Values are drawn on the CPU in a fixed order (inputs in call order, initial states, do, dht), so
-    a case has the same numbers on every device. Inputs named in `none` are drawn but passed as None.
-    """
-    dims = dict(B=B, T=T, H=H, K=K, V=V, M=M)
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(layout):
-        return torch.randn(*(dims[c] for c in layout), generator=g)
-
-    tensors = {}
-    for name, layout in spec.inputs.items():
-        x = randn(layout)
-        if name in spec.gates:
-            x = torch.full_like(x, EXTREME_GATE) if gate == "extreme" else F.logsigmoid(x) / GATE_NORMALISER[gate]
-        tensors[name] = None if name in none else x.to(dtype).to(device)
-    states = tuple(randn(layout).to(device) for layout in spec.states.values()) if h0 else None
-    do = randn("BTHV").to(dtype).to(device)
-    dht = tuple(randn(layout).to(device) for layout in spec.states.values())
-    return Inputs(spec, dtype, tensors, states, do, dht)
+    """The case's inputs drawn by the harness (`harness.inputs.make_inputs`) in `dtype` on
+    `device`, from a generator seeded with `seed` itself (the numbers the tests' bounds were set
+    on): gates by `gate` (harness.cases.GATES, "extreme" included), float32 initial states when
+    h0, do and dht. Inputs named in `none` are drawn but passed as None."""
+    case = Case(op=spec.name, dtype=_DTYPE_NAMES[dtype], B=B, T=T, H=H, K=K, V=V,
+                h0="grad" if h0 else "none", gate=gate, seed=seed, M=M or 0)
+    drawn = draw_case_inputs(spec, case, device, torch.Generator().manual_seed(seed))
+    return Inputs(spec, case, drawn, tuple(none))
 
 
 def run(fn, x: Inputs, output_final_state=True, *, dtype=None, scale=None, grads=None, h0_grad=True,
         loss_on="both", unused_as_zero=False) -> dict:
     """Forward of fn on x's inputs (cast to `dtype`; states float32, or float64 for a float64 run)
-    and backward of <o, do> + <final state, dht>; returns every tensor by `result_names`.
+    and backward of <o, do> + <final state, dht>, through the harness's `run_implementation`;
+    returns every tensor by `result_names`.
 
-    The kernel sees the caller's tensors themselves (no copy) when no cast is needed, so a check that
-    inputs are unchanged afterwards is a real one. grads: the input names that require grad (default
-    all); h0_grad: whether the initial states do; loss_on: "both", "o" or "ht" (which outputs the
-    loss uses). A requested gradient that autograd leaves unset is None, or zeros with unused_as_zero
-    (a reference whose graph does not reach an input, e.g. w at T = 1 with no initial state).
+    The kernel gets copies of the inputs with their strides; `assert_unchanged` checks those copies
+    afterwards. grads: the input names that require grad (default all); h0_grad: whether the
+    initial states do; loss_on: "both", "o" or "ht" (which outputs the loss uses). A requested
+    gradient that autograd leaves unset is None, or zeros with unused_as_zero (a reference whose
+    graph does not reach an input, e.g. w at T = 1 with no initial state).
     """
-    spec = x.spec
-    dtype = dtype or x.dtype
-    state_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    leaves = {n: None if t is None else t.to(dtype).detach().requires_grad_(grads is None or n in grads)
-              for n, t in x.tensors.items()}
-    h0 = None
-    if x.h0 is not None:
-        h0 = tuple(s.to(state_dtype).detach().requires_grad_(h0_grad) for s in x.h0)
-    o, ht = fn(*leaves.values(), scale=scale,
-               initial_state=None if h0 is None else (h0 if spec.multi_state else h0[0]),
-               output_final_state=output_final_state)
-    hts = (None,) * len(spec.states) if ht is None else (tuple(ht) if spec.multi_state else (ht,))
-
-    outputs, upstream = [], []
-    if loss_on in ("both", "o"):
-        outputs.append(o)
-        upstream.append(x.do.to(o.dtype))
-    if loss_on in ("both", "ht") and ht is not None:
-        outputs += list(hts)
-        upstream += [g.to(s.dtype) for s, g in zip(hts, x.dht)]
-    if any(t.requires_grad for t in outputs):
-        torch.autograd.backward(outputs, upstream)
-
-    def grad_of(t):
-        if t is None or not t.requires_grad:
-            return None
-        return torch.zeros_like(t) if (t.grad is None and unused_as_zero) else t.grad
-
-    out = {"o": o.detach()}
-    out.update({s + "t": None if t is None else t.detach() for s, t in zip(spec.states, hts)})
-    out.update({"d" + n: grad_of(t) for n, t in leaves.items()})
-    out.update({"d" + s + "0": grad_of(None if h0 is None else h0[i]) for i, s in enumerate(spec.states)})
+    final_state = "off" if not output_final_state else ("unused" if loss_on == "o" else "grad")
+    execution = run_implementation(
+        fn, x.spec, x.case, dataclasses.replace(x.drawn, scale=scale),
+        to_dtype=None if dtype in (None, x.dtype) else dtype, final_state=final_state,
+        without=x.none, h0_grad=h0_grad, requires_grad=grads, o_in_loss=loss_on != "ht")
+    x.executions.append(execution)
+    out = {name: execution.result.get(name) for name in result_names(x.spec)}
+    if unused_as_zero:
+        for name, (leaf, _) in execution.given.items():
+            if name in x.tensors and leaf.requires_grad and out["d" + name] is None:
+                out["d" + name] = torch.zeros_like(leaf)
     return out
 
 
 def reference(spec: OpSpec, x: Inputs, output_final_state=True, **kw) -> dict:
     """`run` of the op's float64 reference on the exactly upcast inputs (same scale, grads, loss)."""
-    return run(spec.reference, x, output_final_state, dtype=torch.float64, unused_as_zero=True, **kw)
+    return run(load_function(spec.reference_loop), x, output_final_state, dtype=torch.float64,
+               unused_as_zero=True, **kw)
 
 
 def segmented(fn, splits):
@@ -274,10 +235,15 @@ def assert_matches_reference(spec: OpSpec, got: dict, ref: dict, dtype, rel_tol=
 
 
 def assert_unchanged(x: Inputs, before: dict):
-    """Every input, initial state and upstream gradient bitwise equal to its `x.snapshot()`."""
+    """Every input, initial state and upstream gradient bitwise equal to its `x.snapshot()`, and
+    so is every copy an implementation received in a `run` of x."""
     now = x._all()
     for name, t in before.items():
         assert torch.equal(now[name], t), f"input {name} was modified"
+    for execution in x.executions:
+        for name, (received, original) in execution.given.items():
+            if received.dtype == original.dtype:
+                assert torch.equal(received.detach(), original), f"{name} was modified"
 
 
 def assert_identical(first: dict, second: dict):

@@ -3,7 +3,8 @@ implementations of tests/implementations.py as run_case takes them."""
 import torch
 
 from harness.cases import Case
-from harness.registry import get_op, load_function
+from harness.declaration import load_function
+from harness.registry import get_op
 from harness.runner import Implementation
 
 SPEC = get_op("rwkv6")

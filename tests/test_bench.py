@@ -56,7 +56,7 @@ def test_bad_arguments_exit_2_in_one_line(tmp_path, capsys, extra, message):
 def test_a_backward_that_refuses_still_has_its_forward_timed():
     from harness.bench import Candidate, measure
     from harness.inputs import make_inputs
-    from harness.registry import load_function
+    from harness.declaration import load_function
     spec = OPS["rwkv6"]
     case = Case("rwkv6", "fp32", 1, 8, 1, 8, 8, "none", "normal", 0)
     c = Candidate("fla", "chunk", "tests.implementations:raises_in_backward",
@@ -83,7 +83,7 @@ def test_kernel_rows_profile_the_forward_and_backward_pass(monkeypatch):
     import harness.kernel_profile as kp
     from harness.bench import Candidate, kernel_rows
     from harness.inputs import make_inputs
-    from harness.registry import load_function
+    from harness.declaration import load_function
     spec = OPS["rwkv6"]
     case = Case("rwkv6", "fp32", 1, 8, 1, 8, 8, "none", "normal", 0)
     inputs = make_inputs(spec, case, "cpu")

@@ -11,18 +11,20 @@ import torch
 from harness.cases import Case
 from harness.changes import ROOT, changed_files, entry_modules, import_graph, ops_for_path, select_ops
 from harness.inputs import make_inputs
-from harness.checks.layer import LAYERS, build_layer
-from harness.registry import OPS, load_function
+from harness.checks.layer import build_layer, layer_class
+from harness.declaration import load_function
+from harness.registry import OPS
 from harness.execution import run_implementation
 from harness.goldens import golden_and_baseline
 
 EVERY_OP = list(OPS)
-WITH_LAYERS = ["linear_attn", "gla", "rwkv6", "gsa"]
+WITH_LAYERS = [op for op, spec in OPS.items() if spec.layer is not None]
 RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/fused_recurrent.py
 
 
 @pytest.mark.parametrize("path,ops", [
     ("fla_kernels/ops/rwkv6/chunk.py", ["rwkv6"]),
+    ("fla_kernels/ops/gsa/declaration.py", ["gsa"]),
     ("fla_kernels/ops/gla/__init__.py", ["gla"]),
     ("fla_kernels/ops/gsa/fused_recurrent.py", ["gsa"]),
     ("fla_kernels/ops/simple_gla/chunk.py", ["linear_attn", "simple_gla"]),
@@ -62,17 +64,17 @@ RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/
     ("baselines/h100/gla.csv", []),
 ])
 def test_each_path_selects_the_ops_it_can_change(path, ops):
-    assert list(ops_for_path(path)[0]) == ops
+    assert list(ops_for_path(path)[0]) == [op for op in OPS if op in ops]   # in registry order
 
 
 def test_selection_keeps_registry_order_and_the_first_reason():
     selection = select_ops(["README.md", "fla_kernels/ops/gsa/chunk.py",
                             "fla_kernels/ops/simple_gla/chunk.py", "fla_kernels/ops/gla/__init__.py",
                             "fla_kernels/ops/gla/fused_chunk.py"])
-    assert selection.ops == ("linear_attn", "simple_gla", "gla", "gsa")
+    assert selection.ops == ("gla", "gsa", "linear_attn", "simple_gla")   # registry order
     assert selection.reasons["gla"] == "its kernels changed (fla_kernels/ops/gla/__init__.py)"
-    assert selection.describe().startswith(
-        "linear_attn, simple_gla: its kernels import fla_kernels/ops/simple_gla/chunk.py; ")
+    assert selection.describe().endswith(
+        "; linear_attn, simple_gla: its kernels import fla_kernels/ops/simple_gla/chunk.py")
 
 
 def test_reasons_name_the_ops_own_code_and_what_imports_the_file():
@@ -175,7 +177,7 @@ def test_every_file_whose_code_runs_selects_the_op(op):
     ran (Triton helpers included: the interpreter runs them as Python) must select the op."""
     spec = OPS[op]
     case = Case(op, "fp32", B=1, T=17, H=1, K=16, V=16, h0="grad", gate="normal", seed=0,
-                M=16 if spec.uses_slots else 0)
+                **{s: 16 for s in spec.symbols})
     inputs = make_inputs(spec, case, "cpu")
     ran = set()
 
@@ -188,7 +190,7 @@ def test_every_file_whose_code_runs_selects_the_op(op):
         for variant in spec.variants:
             run_implementation(spec.variant_fn(variant), spec, case, inputs)
         golden_and_baseline(spec, case, inputs)
-        if op in LAYERS:
+        if spec.layer is not None:
             layer = build_layer(spec, case, "cpu", torch.float32)
             layer.kernel = load_function(spec.reference_chunked)   # the kernels ran above
             x = torch.randn(1, case.T, case.H * case.V)
@@ -201,7 +203,7 @@ def test_every_file_whose_code_runs_selects_the_op(op):
                                               for p in (ROOT / d).rglob("*.py")}
     ours = sorted(p.relative_to(ROOT).as_posix() for p in ours)
     assert "fla_kernels/ops/common/launch.py" in ours and f"references/{op}.py" in ours
-    assert op not in LAYERS or f"{LAYERS[op].__module__.replace('.', '/')}.py" in ours
+    assert spec.layer is None or f"{layer_class(spec).__module__.replace('.', '/')}.py" in ours
     assert [path for path in ours if op not in ops_for_path(path)[0]] == []
 
 

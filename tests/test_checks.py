@@ -11,8 +11,8 @@ from harness.cases import Case
 from harness.allocations import nan_filled_allocations
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.segments import segment_bounds
-from harness.checks.layer import LAYERS
-from harness.registry import OPS, load_function
+from harness.declaration import load_function
+from harness.registry import OPS
 from harness.runner import Implementation, run_case
 from tests.kernel_testing import DEVICE
 from tests.planted import CPU, SPEC, case, impl
@@ -130,14 +130,14 @@ def test_our_kernels_pass_every_check(op):
     fails. bf16, an initial state with gradient, T not a multiple of any chunk."""
     spec = OPS[op]
     c = Case(op=op, dtype="bf16", B=1, T=20, H=2, K=16, V=16, h0="grad", gate="normal", seed=0,
-             M=16 if spec.uses_slots else 0)
+             **{s: 16 for s in spec.symbols})
     impls = [Implementation(v, "ours", spec.variant_fn(v)) for v in spec.variants]
     rows = run_case(spec, c, impls, torch.device(DEVICE))
     expected = {"golden", "aggregate", "agreement", "inputs", "determinism", "segments", "options",
                 "layer"}
     expected -= {"determinism"} if interpreting() else set()   # the interpreter runs serially
     expected -= {"agreement"} if len(impls) == 1 else set()
-    expected -= set() if op in LAYERS else {"layer"}
+    expected -= set() if spec.layer is not None else {"layer"}
     assert {r["check"] for r in rows} == expected
     assert all(r["verdict"] == "PASS" for r in rows), [(r["variant"], r["check"], r["tensor"], r["message"])
                                                       for r in rows if r["verdict"] != "PASS"]

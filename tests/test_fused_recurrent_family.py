@@ -13,17 +13,12 @@ from fla_kernels.ops.common.fused_recurrent import CHUNK
 from fla_kernels.ops.gla.fused_recurrent import fused_recurrent_gla
 from fla_kernels.ops.linear_attn.fused_recurrent import fused_recurrent_linear_attn
 from fla_kernels.ops.simple_gla.fused_recurrent import fused_recurrent_simple_gla
-from references.gla import gla_recurrent
-from references.linear_attn import linear_attn_recurrent
-from references.simple_gla import simple_gla_recurrent
-from tests.kernel_testing import (DEVICE, REL_TOL, OpSpec, assert_close, assert_identical,
+from harness.registry import get_op
+from tests.kernel_testing import (DEVICE, REL_TOL, assert_close, assert_identical,
                                   assert_matches_reference, assert_unchanged, make_inputs, reference, run,
                                   segmented)
 
-GLA = OpSpec("gla", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "g": "BTHK"}, ("g",), gla_recurrent)
-SIMPLE_GLA = OpSpec("simple_gla", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "g": "BTH"}, ("g",),
-                    simple_gla_recurrent)
-LINEAR_ATTN = OpSpec("linear_attn", {"q": "BTHK", "k": "BTHK", "v": "BTHV"}, (), linear_attn_recurrent)
+GLA, SIMPLE_GLA, LINEAR_ATTN = get_op("gla"), get_op("simple_gla"), get_op("linear_attn")
 
 OPS = {"gla": (GLA, fused_recurrent_gla), "simple_gla": (SIMPLE_GLA, fused_recurrent_simple_gla),
        "linear_attn": (LINEAR_ATTN, fused_recurrent_linear_attn)}
@@ -80,7 +75,7 @@ def test_subsets_of_gradients_and_of_outputs_used(op, wanted, loss_on):
     kw = dict(grads=[n for n in wanted if n != "h0"], h0_grad="h0" in wanted, loss_on=loss_on)
     got = run(fn, x, True, **kw)
     ref = reference(spec, x, True, **kw)
-    for n in list(spec.inputs) + ["h0"]:
+    for n in [s.name for s in spec.inputs] + ["h0"]:
         key = "d" + n
         assert (got[key] is not None) == (n in wanted), f"{key}: returned {'no ' * (got[key] is None)}gradient"
         if n in wanted:

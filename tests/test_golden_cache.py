@@ -6,7 +6,8 @@ import torch
 from harness import golden_cache
 from harness.cases import Case
 from harness.golden_cache import GoldenCache
-from harness.registry import get_op, load_function
+from harness.declaration import load_function
+from harness.registry import get_op
 from harness.runner import Implementation, run_case
 
 SPEC = get_op("rwkv6")

@@ -33,7 +33,7 @@ def test_every_launched_kernel_compiles_for_sm90(op, variant):
             for K, V in SHAPES:
                 for h0 in ("none", "grad"):
                     case = Case(op=op, dtype=dtype, B=1, T=70, H=2, K=K, V=V, h0=h0, gate="normal",
-                                seed=0, M=32 if spec.uses_slots else 0)
+                                seed=0, **{s: 32 for s in spec.symbols})
                     execute(fn, spec, case, make_inputs(spec, case, torch.device("cpu")))
     records = distinct(records)
     assert records, "no kernel launch was recorded"

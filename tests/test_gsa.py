@@ -1,6 +1,6 @@
 """fused_recurrent_gsa and chunk_gsa against the float64 recurrent reference (CPU: Triton interpreter).
 
-Inputs, runner, reference and assertions come from tests/kernel_testing.py, with a GSA OpSpec whose
+Inputs, runner, reference and assertions come from tests/kernel_testing.py, with the GSA declaration, whose
 state is the pair (hk [B, H, K, M], hv [B, H, M, V]). Bounds: max|X - X64| <= REL_TOL[dtype] * max|X64|
 for every tensor (dg included: the kernels leave the gate-free terms out of their dg sums, so fp32 dg
 keeps 1e-5 under strong decay, and is exactly 0 at T = 1 with no initial state); the token-by-token
@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from fla_kernels.ops.gsa import chunk_gsa, fused_recurrent_gsa
+from harness.registry import get_op
 from references.gsa import gsa_recurrent
-from tests.kernel_testing import (DEVICE, REL_TOL, OpSpec, assert_close, assert_identical,
+from tests.kernel_testing import (DEVICE, REL_TOL, assert_close, assert_identical,
                                   assert_matches_reference, assert_unchanged, make_inputs, reference, run,
                                   segmented)
 
-GSA = OpSpec("gsa", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "s": "BTHM", "g": "BTHM"}, ("g",),
-             gsa_recurrent, states={"hk": "BHKM", "hv": "BHMV"})
+GSA = get_op("gsa")
 IMPLS = [fused_recurrent_gsa, chunk_gsa]
 name_of = {fused_recurrent_gsa: "fused_recurrent", chunk_gsa: "chunk"}
 
@@ -68,7 +68,7 @@ def test_subsets_of_gradients_and_of_outputs_used(fn, wanted, loss_on):
     kw = dict(grads=[n for n in wanted if n != "h0"], h0_grad="h0" in wanted, loss_on=loss_on)
     got = run(fn, x, True, **kw)
     ref = reference(GSA, x, True, **kw)
-    for key in ["d" + n for n in GSA.inputs] + ["dhk0", "dhv0"]:
+    for key in ["d" + s.name for s in GSA.inputs] + ["dhk0", "dhv0"]:
         asked = key[1:] in wanted or (key in ("dhk0", "dhv0") and "h0" in wanted)
         assert (got[key] is not None) == asked, f"{key}: returned {'no ' * (got[key] is None)}gradient"
         if asked:

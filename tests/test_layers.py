@@ -3,19 +3,20 @@ gradients), the cache never written into, truncated training segment by segment.
 import pytest
 import torch
 
-from fla_kernels.layers import (Cache, GatedLinearAttention, GatedSlotAttention, LinearAttention,
-                                RWKV6Attention)
+from fla_kernels.layers import Cache, GatedSlotAttention, LinearAttention
+from harness.checks.layer import layer_class
+from harness.registry import OPS
 from tests.kernel_testing import DEVICE
 
 HIDDEN, HEADS = 32, 2
-LAYERS = [(cls, mode) for cls in (LinearAttention, GatedLinearAttention, GatedSlotAttention, RWKV6Attention)
-          for mode in cls.MODES]
+SYMBOL_ARGS = {layer_class(spec): spec.layer.symbol_args for spec in OPS.values() if spec.layer}
+LAYERS = [(cls, mode) for cls in SYMBOL_ARGS for mode in cls.MODES]
 
 
 def make(cls, mode, seed=0, hidden=HIDDEN, heads=HEADS, **kw):
     torch.manual_seed(seed)
-    if cls is GatedSlotAttention:
-        kw.setdefault("num_slots", 8)
+    for arg in SYMBOL_ARGS[cls]:   # gsa's slots
+        kw.setdefault(arg, 8)
     return cls(hidden_size=hidden, num_heads=heads, mode=mode, **kw).to(DEVICE)
 
 

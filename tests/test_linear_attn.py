@@ -10,11 +10,11 @@ import torch
 from fla_kernels.ops.linear_attn.chunk import chunk_linear_attn
 from fla_kernels.ops.linear_attn.fused_chunk import BT, fused_chunk_linear_attn
 from fla_kernels.ops.linear_attn.fused_recurrent import fused_recurrent_linear_attn
-from references.linear_attn import linear_attn_recurrent
-from tests.kernel_testing import (DEVICE, OpSpec, assert_close, assert_identical, assert_matches_reference,
+from harness.registry import get_op
+from tests.kernel_testing import (DEVICE, assert_close, assert_identical, assert_matches_reference,
                                   assert_unchanged, make_inputs, reference, run, segmented)
 
-LINEAR_ATTN = OpSpec("linear_attn", {"q": "BTHK", "k": "BTHK", "v": "BTHV"}, (), linear_attn_recurrent)
+LINEAR_ATTN = get_op("linear_attn")
 FNS = {"chunk": chunk_linear_attn, "fused_chunk": fused_chunk_linear_attn}
 
 SHAPES = [  # dtype, B, T, H, K, V, initial state, output_final_state

@@ -15,7 +15,8 @@ from harness.cases import GATES, H0_OPTIONS, Case
 from harness.checks.bits import bitwise_equal
 from harness.environment import device as default_device
 from harness.inputs import make_inputs
-from harness.registry import OPS, get_op, load_function
+from harness.declaration import load_function
+from harness.registry import OPS, get_op
 from harness.repro import parse_case_id, write_repro
 from harness.runner import Implementation, run_case
 
@@ -142,7 +143,7 @@ def test_bad_requests_raise_before_anything_is_written(case_id, options, tmp_pat
 def test_script_rebuilds_the_inputs_bit_for_bit(case_id, tmp_path, monkeypatch):
     case = parse_case_id(case_id)
     script = load_script(write_repro(case_id, tmp_path, device="cpu"), monkeypatch)
-    ours, theirs = script.make_inputs("cpu"), make_inputs(get_op(case.op), case, CPU)
+    ours, theirs = script.make_inputs(script.SPEC, script.CASE, "cpu"), make_inputs(get_op(case.op), case, CPU)
     assert list(ours.tensors) == list(theirs.tensors)
     pairs = list(zip(ours.tensors.values(), theirs.tensors.values())) + [(ours.do, theirs.do)]
     pairs += list(zip(ours.dhts, theirs.dhts, strict=True))

@@ -2,7 +2,8 @@
 import pytest
 
 from harness.cases import Case
-from harness.registry import OPS, load_function
+from harness.declaration import load_function
+from harness.registry import OPS
 from harness.runner import Implementation, run_case
 from tests.planted import CPU, SPEC, case, impl
 
@@ -92,7 +93,7 @@ def test_every_op_runs_through_the_harness_with_its_chunked_reference(op):
         return chunked(*args, chunk_size=32, operand_dtype=args[0].dtype, **kw)
 
     c = Case(op=op, dtype="bf16", B=2, T=40, H=2, K=8, V=6, h0="grad", gate="strong", seed=3,
-             M=16 if spec.uses_slots else 0)
+             **{s: 16 for s in spec.symbols})
     rows = run_case(spec, c, [Implementation("chunk", "reference", reference_as_kernel)], CPU)
     names = {"o"} | set(spec.final_state_names()) | set(spec.initial_state_grad_names())
     names |= {"d" + s.name for s in spec.inputs}

@@ -61,7 +61,7 @@ def test_subsets_of_gradients_and_of_outputs_used(wanted, loss_on):
     kw = dict(grads=[n for n in wanted if n != "h0"], h0_grad="h0" in wanted, loss_on=loss_on)
     got = run(fused_recurrent_rwkv6, x, True, **kw)
     ref = reference(RWKV6, x, True, **kw)
-    for n in list(RWKV6.inputs) + ["h0"]:
+    for n in [s.name for s in RWKV6.inputs] + ["h0"]:
         key = "dh0" if n == "h0" else "d" + n
         assert (got[key] is not None) == (n in wanted), f"{key}: returned {'no ' * (got[key] is None)}gradient"
         if n in wanted:

@@ -11,13 +11,12 @@ import torch
 from fla_kernels.ops.linear_attn.chunk import chunk_linear_attn
 from fla_kernels.ops.simple_gla.chunk import BT, chunk_simple_gla
 from fla_kernels.ops.simple_gla.fused_recurrent import fused_recurrent_simple_gla
-from references.simple_gla import simple_gla_recurrent
-from tests.kernel_testing import (DEVICE, REL_TOL, OpSpec, assert_close, assert_identical,
+from harness.registry import get_op
+from tests.kernel_testing import (DEVICE, REL_TOL, assert_close, assert_identical,
                                   assert_matches_reference, assert_unchanged, make_inputs, reference, run,
                                   segmented)
 
-SIMPLE_GLA = OpSpec("simple_gla", {"q": "BTHK", "k": "BTHK", "v": "BTHV", "g": "BTH"}, ("g",),
-                    simple_gla_recurrent)
+SIMPLE_GLA = get_op("simple_gla")
 
 
 def check_case(B, T, H, K, V, dtype, gate="normal", use_h0=True, oft=True, seed=0, none=()):

@@ -9,27 +9,25 @@ import functools
 
 import torch
 
-from fla_kernels.layers import (GatedLinearAttention, GatedSlotAttention, LinearAttention,
-                                RWKV6Attention)
 from harness.checks.check import Check
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.segments import segment_bounds
 from harness.metrics import compare_to_golden
-from harness.registry import load_function
+from harness.declaration import load_function
 from harness.tolerance import tolerance_for
 
-LAYERS = {"linear_attn": LinearAttention, "gla": GatedLinearAttention, "gsa": GatedSlotAttention,
-          "rwkv6": RWKV6Attention}
+def layer_class(spec):
+    """The class of the op's layer (its declaration's `layer`), or None."""
+    return None if spec.layer is None else load_function(spec.layer.target)
 
 
 def build_layer(spec, case, device, dtype):
     """The op's layer with heads of K and V, its parameters drawn from the case's seed."""
     kwargs = dict(hidden_size=case.H * case.V, num_heads=case.H, expand_k=case.K / case.V, expand_v=1.0)
-    if spec.name == "gsa":
-        kwargs["num_slots"] = case.M
+    kwargs.update({arg: getattr(case, symbol) for arg, symbol in spec.layer.symbol_args.items()})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(case.seed)
-        layer = LAYERS[spec.name](**kwargs)
+        layer = layer_class(spec)(**kwargs)
     return layer.to(device=device, dtype=dtype)
 
 
@@ -70,7 +68,7 @@ def _training_runs(layer, kernel, x, segments) -> str:
 
 def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
     """Rows (check "layer") for one implementation; `make_row(check, tensor, **fields)`."""
-    if spec.name not in LAYERS:
+    if spec.layer is None:
         return []
     dtype = case.torch_dtype
     layer = build_layer(spec, case, device, dtype)
@@ -137,4 +135,4 @@ def rows(ctx, impl, execution) -> list[dict]:
 
 
 CHECK = Check("layer", rows, group=("op", "dtype", "T"),
-              applies=lambda ctx, impl: ctx.spec.name in LAYERS)
+              applies=lambda ctx, impl: ctx.spec.layer is not None)

@@ -1,0 +1,23 @@
+"""Gated slot attention, declared for the harness (harness/declaration.py says what each field
+means). Its own shape symbol is M, the slots per head."""
+from harness.declaration import QKV, InputSpec, LayerSpec, OpSpec, StateSpec, Symbol
+
+OP = OpSpec(
+    name="gsa",
+    description="hk_t = hk_{t-1} diag(exp(g_t)) + k_t^T s_t; hv_t = diag(exp(g_t)) hv_{t-1} + s_t^T v_t; "
+                "o_t = softmax(scale q_t hk_t) hv_t",
+    inputs=QKV + (InputSpec("s", ("B", "T", "H", "M")), InputSpec("g", ("B", "T", "H", "M"), kind="gate")),
+    states=(StateSpec("hk", ("B", "H", "K", "M")), StateSpec("hv", ("B", "H", "M", "V"))),
+    symbols={"M": Symbol("slots per head",
+                         presets={"cpu": (16,), "gpu": (16, 64), "long": (64,), "smoke": (16,)},
+                         bench=64)},
+    variants={
+        "chunk": "fla_kernels.ops.gsa:chunk_gsa",
+        "fused_recurrent": "fla_kernels.ops.gsa:fused_recurrent_gsa",
+    },
+    reference_loop="references.gsa:gsa_recurrent",
+    reference_chunked="references.gsa:gsa_chunked",
+    layer=LayerSpec("fla_kernels.layers:GatedSlotAttention", {"num_slots": "M"}),
+    upstream={"fla": {"chunk": "fla.ops.gsa:chunk_gsa",
+                      "fused_recurrent": "fla.ops.gsa:fused_recurrent_gsa"}},
+)

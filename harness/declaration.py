@@ -1,0 +1,111 @@
+"""What an op declares to the harness, in one `OpSpec` next to its kernels
+(`fla_kernels/ops/<op>/declaration.py`): its inputs and states with their shape symbols, its
+variants and references, its layer, upstream counterparts and tolerance exceptions. Everything the
+harness knows of an op (registry, CLI axes, case ids, inputs, CSV columns, bench, repro, layer
+check, gate selection, baselines) derives from this. Functions are named as "module:function"
+strings and imported only when run, so a declaration is plain data (its repr is Python).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+CORE_SYMBOLS = ("B", "T", "H", "K", "V")   # every op's; the presets of harness/cases.py sweep them
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input tensor: its name and shape in terms of the case's shape symbols."""
+    name: str
+    shape: tuple            # symbols among CORE_SYMBOLS and the op's own `symbols`
+    kind: str = "randn"     # "randn" or "gate" (log gate: logsigmoid(randn) / normaliser)
+    optional: bool = False  # the op also accepts None here (its gradient is then None)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One recurrent state: its name ("h" gives tensors "ht" and "dh0") and shape symbols."""
+    name: str
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A shape symbol of the op's own beyond CORE_SYMBOLS (gsa's slots M): its values per preset
+    and the bench's default. It is a column of every results CSV (reports/schema.SHAPE); ops
+    without it record 0."""
+    meaning: str
+    presets: dict           # preset name -> the values a sweep takes
+    bench: int              # `harness bench`'s default
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """The op's torch.nn layer ("module:Class") and the constructor arguments taken from the
+    case's symbols beyond the heads ({"num_slots": "M"})."""
+    target: str
+    symbol_args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    inputs: tuple                     # InputSpec, in positional order of the public functions
+    variants: dict                    # variant -> "module:function"
+    reference_loop: str               # "module:function", the float64 definition
+    reference_chunked: str            # "module:function", same numbers, fast for long T
+    states: tuple = (StateSpec("h", ("B", "H", "K", "V")),)   # more than one: passed as tuples
+    symbols: dict = field(default_factory=dict)   # symbol -> Symbol, beyond CORE_SYMBOLS
+    loop_max_T: int = 256             # above this the golden comes from the chunked form
+    baseline_chunk_size: int = 64     # the chunk of the same-dtype baseline: production kernels' size
+    description: str = ""
+    layer: LayerSpec | None = None
+    upstream: dict = field(default_factory=dict)  # set ("fla") -> {variant: "module:function"}
+    # (tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}; "*" matches any
+    tolerances: dict = field(default_factory=dict)
+    declared_in: str = ""             # the declaring module (set by the registry)
+
+    def variant_fn(self, variant: str) -> Callable:
+        return load_function(self.variants[variant])
+
+    def shape_of(self, spec: InputSpec, dims: dict) -> tuple:
+        return tuple(dims[s] for s in spec.shape)
+
+    def used_symbols(self) -> tuple:
+        """Every shape symbol the op's inputs and states use, core ones first."""
+        used = {s for x in self.inputs + self.states for s in x.shape}
+        return tuple(s for s in CORE_SYMBOLS if s in used) + tuple(sorted(used - set(CORE_SYMBOLS)))
+
+    def gates(self) -> tuple:
+        """The inputs that are log gates."""
+        return tuple(s.name for s in self.inputs if s.kind == "gate")
+
+    def sequence_inputs(self) -> set:
+        """The inputs with a time axis ([B, T, ...]), which segments and packing cut."""
+        return {s.name for s in self.inputs if tuple(s.shape[:2]) == ("B", "T")}
+
+    def final_state_names(self) -> list:
+        return [s.name + "t" for s in self.states]
+
+    def initial_state_grad_names(self) -> list:
+        return ["d" + s.name + "0" for s in self.states]
+
+
+QKV = (InputSpec("q", ("B", "T", "H", "K")), InputSpec("k", ("B", "T", "H", "K")),
+       InputSpec("v", ("B", "T", "H", "V")))
+
+
+def load_function(target: str) -> Callable:
+    """Import 'package.module:function'; raise ValueError with a plain sentence if it cannot."""
+    if target.count(":") != 1:
+        raise ValueError(f"'{target}' is not of the form module:function.")
+    module_name, fn_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import module '{module_name}': {exc}") from None
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise ValueError(f"module '{module_name}' has no function '{fn_name}'.")
+    return fn
