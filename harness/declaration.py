@@ -52,9 +52,9 @@ class LayerSpec:
 class OpSpec:
     name: str
     inputs: tuple                     # InputSpec, in positional order of the public functions
-    variants: dict                    # variant -> "module:function"
-    reference_loop: str               # "module:function", the float64 definition
-    reference_chunked: str            # "module:function", same numbers, fast for long T
+    variants: dict                    # variant -> "module:function" (`kernels` writes the usual ones)
+    reference_loop: str = ""          # "module:function", the float64 definition
+    reference_chunked: str = ""       # "module:function", same numbers, fast for long T
     states: tuple = (StateSpec("h", ("B", "H", "K", "V")),)   # more than one: passed as tuples
     symbols: dict = field(default_factory=dict)   # symbol -> Symbol, beyond CORE_SYMBOLS
     loop_max_T: int = 256             # above this the golden comes from the chunked form
@@ -65,6 +65,13 @@ class OpSpec:
     # (tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}; "*" matches any
     tolerances: dict = field(default_factory=dict)
     declared_in: str = ""             # the declaring module (set by the registry)
+
+    def __post_init__(self):
+        """References default to references/<op>.py's <op>_recurrent and <op>_chunked."""
+        if not self.reference_loop:
+            object.__setattr__(self, "reference_loop", f"references.{self.name}:{self.name}_recurrent")
+        if not self.reference_chunked:
+            object.__setattr__(self, "reference_chunked", f"references.{self.name}:{self.name}_chunked")
 
     def variant_fn(self, variant: str) -> Callable:
         return load_function(self.variants[variant])
@@ -94,6 +101,16 @@ class OpSpec:
 
 QKV = (InputSpec("q", ("B", "T", "H", "K")), InputSpec("k", ("B", "T", "H", "K")),
        InputSpec("v", ("B", "T", "H", "V")))
+
+
+def kernels(op: str, *variants: str) -> dict:
+    """{variant: "fla_kernels.ops.<op>:<variant>_<op>"}: our kernels, named as the library names them."""
+    return {v: f"fla_kernels.ops.{op}:{v}_{op}" for v in variants}
+
+
+def fla(op: str, *variants: str) -> dict:
+    """An `upstream` entry: upstream fla's functions of the same names ("fla.ops.<op>:<variant>_<op>")."""
+    return {"fla": {v: f"fla.ops.{op}:{v}_{op}" for v in variants}}
 
 
 def load_function(target: str) -> Callable:

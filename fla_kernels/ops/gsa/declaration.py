@@ -1,6 +1,6 @@
 """Gated slot attention, declared for the harness (harness/declaration.py says what each field
 means). Its own shape symbol is M, the slots per head."""
-from harness.declaration import QKV, InputSpec, LayerSpec, OpSpec, StateSpec, Symbol
+from harness.declaration import QKV, InputSpec, LayerSpec, OpSpec, StateSpec, Symbol, fla, kernels
 
 OP = OpSpec(
     name="gsa",
@@ -11,13 +11,7 @@ OP = OpSpec(
     symbols={"M": Symbol("slots per head",
                          presets={"cpu": (16,), "gpu": (16, 64), "long": (64,), "smoke": (16,)},
                          bench=64)},
-    variants={
-        "chunk": "fla_kernels.ops.gsa:chunk_gsa",
-        "fused_recurrent": "fla_kernels.ops.gsa:fused_recurrent_gsa",
-    },
-    reference_loop="references.gsa:gsa_recurrent",
-    reference_chunked="references.gsa:gsa_chunked",
+    variants=kernels("gsa", "chunk", "fused_recurrent"),
     layer=LayerSpec("fla_kernels.layers:GatedSlotAttention", {"num_slots": "M"}),
-    upstream={"fla": {"chunk": "fla.ops.gsa:chunk_gsa",
-                      "fused_recurrent": "fla.ops.gsa:fused_recurrent_gsa"}},
+    upstream=fla("gsa", "chunk", "fused_recurrent"),
 )

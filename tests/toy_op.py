@@ -1,0 +1,56 @@
+"""A toy op declared in one place, to show that a declaration is all the harness needs: linear
+attention with a constant decay, S_t = exp(GAMMA) S_{t-1} + k_t^T v_t, o_t = scale q_t S_t.
+
+Its kernels are our simple GLA kernels with every gate set to GAMMA (exact in every dtype), its
+definition a float64 loop written out here, its chunked form simple GLA's. The registry takes it
+from `OP` when this module is named in FLA_HARNESS_DECLARATIONS (tests/test_toy_op.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from fla_kernels.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
+from harness.declaration import QKV, OpSpec
+from references.simple_gla import simple_gla_chunked
+
+GAMMA = -0.125   # the log decay of every step: a power of two, so no dtype rounds it
+
+OP = OpSpec(
+    name="toy_decay",
+    description="S_t = exp(-1/8) S_{t-1} + k_t^T v_t; o_t = scale q_t S_t",
+    inputs=QKV,
+    variants={"chunk": "tests.toy_op:chunk_toy_decay",
+              "fused_recurrent": "tests.toy_op:fused_recurrent_toy_decay"},
+    reference_loop="tests.toy_op:toy_decay_recurrent",
+    reference_chunked="tests.toy_op:toy_decay_chunked",
+)
+
+
+def _with_constant_gate(fn, gamma=GAMMA):
+    """fn(q, k, v, g, ...) as the toy op's fn(q, k, v, ...), g = gamma everywhere."""
+    def call(q, k, v, scale=None, initial_state=None, output_final_state=False, **options):
+        g = torch.full(q.shape[:3], gamma, dtype=q.dtype, device=q.device)
+        return fn(q, k, v, g, scale=scale, initial_state=initial_state,
+                  output_final_state=output_final_state, **options)
+    call.__name__ = f"{fn.__name__}_with_constant_gate"
+    return call
+
+
+chunk_toy_decay = _with_constant_gate(chunk_simple_gla)
+fused_recurrent_toy_decay = _with_constant_gate(fused_recurrent_simple_gla)
+toy_decay_chunked = _with_constant_gate(simple_gla_chunked)
+# a planted bug: the decay of a step that is 2^-12 too weak, the size of a bf16 rounding of GAMMA
+chunk_toy_decay_wrong_gamma = _with_constant_gate(chunk_simple_gla, GAMMA * (1 - 2.0 ** -8))
+
+
+def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False):
+    """The definition, step by step (float64 in, float64 out)."""
+    B, T, H, K = q.shape
+    scale = K ** -0.5 if scale is None else scale
+    S = q.new_zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state
+    decay = torch.exp(torch.tensor(GAMMA, dtype=q.dtype))
+    outputs = []
+    for t in range(T):
+        S = decay * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outputs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return torch.stack(outputs, dim=1), (S if output_final_state else None)
