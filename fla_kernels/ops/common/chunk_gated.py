@@ -37,15 +37,15 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (block_size, chunk_bwd_dh, chunk_fwd_h,
-                                                chunk_gate_sums, diag_level_sums, exp_nonpos,
-                                                gates_after, gates_from, tuned_blocks)
+from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, chunk_gate_sums,
+                                                diag_level_sums, exp_nonpos, gates_after,
+                                                gates_from)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import launch
+from fla_kernels.ops.common.launch import LaunchSizes, block_size, launch, tuned_blocks
 from fla_kernels.ops.common.tiles import (gather_rows, load_chunk_rows, load_rows, load_rows_t,
                                           load_state, store_rows)
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
@@ -393,23 +393,18 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
 
 # ----------------------------------------------------------------------------- launchers
 
-class _Launch:
-    """Shapes, block sizes and dot settings shared by the launches of one call."""
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with the intra-chunk kernels' K-blocks and the op."""
 
     def __init__(self, q, v, reads_previous):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        super().__init__(q, v, BT)
         # triton 3.6 on the H100 miscompiles `_bwd_dv_kernel` over 16-wide K-blocks with 4 warps
         # (an out-of-bounds shared-memory read in the store of dv under compute-sanitizer; dv
         # wrong at V >= 24, an illegal address at V = 24): K = 16 takes a 32-wide masked block
         self.BK_DV = max(self.BK, 32)
-        self.NV = triton.cdiv(self.V, self.BV)
         self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
         self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
         self.reads_previous = bool(reads_previous)
-        self.dots = product_settings(q.dtype)
 
 
 def _intra_scores(L, q, k, g, u):
@@ -426,8 +421,8 @@ def _intra_scores(L, q, k, g, u):
 
 def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
-    return chunk_fwd_h(k, v, g, initial_state, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
-                       state_dtype, tuning=FWD_H)
+    return chunk_fwd_h(k, v, g, initial_state, BT, **L.state_dots, state_dtype=state_dtype,
+                       tuning=FWD_H)
 
 
 def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
@@ -464,8 +459,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     grid_v = (L.NV, L.NT, L.B * L.H)
     states, _ = _states(L, k, v, g, initial_state)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=L.reads_previous,
-                           need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
-                           operand_dtype=L.dots["OPERAND_DTYPE"])
+                           need_dh0=initial_state is not None, **L.state_dots)
     if A is None:
         A = _intra_scores(L, q, k, g, u)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)

@@ -47,21 +47,8 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
-from fla_kernels.ops.common.launch import launch
+from fla_kernels.ops.common.launch import block_size, launch, tuned_blocks
 from fla_kernels.ops.common.tiles import load_rows
-
-
-def block_size(n: int, cap: int = 64) -> int:
-    """A power-of-two block covering n (at least 16, the smallest `tl.dot` size), at most cap."""
-    return min(cap, max(16, triton.next_power_of_2(n)))
-
-
-def tuned_blocks(K: int, V: int, tuning: dict | None) -> tuple[int, int, dict]:
-    """(BK, BV, launch keywords) of a kernel from its tuning entry: the block caps "BK" and "BV"
-    (64 when absent) and, where given, "num_warps" and "num_stages"."""
-    t = tuning or {}
-    options = {name: t[name] for name in ("num_warps", "num_stages") if name in t}
-    return block_size(K, cap=t.get("BK", 64)), block_size(V, cap=t.get("BV", 64)), options
 
 
 @triton.jit

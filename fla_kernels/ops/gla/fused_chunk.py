@@ -46,16 +46,15 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
-                                                exp_nonpos, load_prefix, load_prefix_row,
-                                                load_suffix)
+from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, exp_nonpos,
+                                                load_prefix, load_prefix_row, load_suffix)
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
 from fla_kernels.ops.gla.chunk import validate_gla
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.precision import store_dtype
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
@@ -258,15 +257,12 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
 
 # ----------------------------------------------------------------------------- launchers
 
-class _Launch:
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with the grid (K-block, V-block, b*h) of every kernel."""
+
     def __init__(self, q, v):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
-        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        super().__init__(q, v, BT)
         self.grid = (self.NK, self.NV, self.B * self.H)
-        self.dots = product_settings(q.dtype)
         self.sizes = dict(BT=BT, BK=self.BK, BV=self.BV)
 
 

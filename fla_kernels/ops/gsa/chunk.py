@@ -56,10 +56,10 @@ from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_
                                                 exp_nonpos, gates_after, gates_from)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk: the states are stored at chunk starts
 BC = 16  # tokens per sub-chunk (one gate block), one program each
@@ -435,23 +435,21 @@ def _pow2(n):
     return max(16, triton.next_power_of_2(n))
 
 
-class _Launch:
-    """Shapes, block sizes and dot settings shared by the launches of one call."""
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT with tf32 products, the M slots, the sub-chunks and the
+    column blocks of each kernel."""
 
     def __init__(self, q, v, s):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V, self.M = v.shape[-1], s.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.NS = triton.cdiv(self.T, BC)
-        # K and V are read in column blocks (`TUNING`), the M slots whole (the softmax needs
-        # every slot)
-        self.BKW, self.BVW, self.BM = _pow2(self.K), _pow2(self.V), _pow2(self.M)
         # 16-bit inputs take tf32 products with operands rounded to nearest (`mma`), fp32 inputs
         # IEEE ones. With bf16 tensor-core operands (the fp32 states and the softmax terms rounded
         # to bf16) dg reached 5.2 floors at T=1000, M=64, strong gates on the H100, over the
         # bound; tf32 keeps 3 more bits.
-        settings = product_settings(q.dtype, tf32=True)
-        self.fp32_dot, self.operand_dtype = settings["FP32_DOT"], settings["OPERAND_DTYPE"]
+        super().__init__(q, v, BT, tf32=True)
+        self.M = s.shape[-1]
+        self.NS = triton.cdiv(self.T, BC)
+        # K and V are read in column blocks (`TUNING`), the M slots whole (the softmax needs
+        # every slot)
+        self.BKW, self.BVW, self.BM = _pow2(self.K), _pow2(self.V), _pow2(self.M)
 
     @staticmethod
     def block(kernel, D):
@@ -465,8 +463,7 @@ class _Launch:
         launch = {name: TUNING[kernel][name] for name in ("num_warps", "num_stages")}
         if sub_chunks:
             sizes.update(BC=BC, LEVELS=LEVELS)
-        return dict(H=self.H, M=self.M, BT=BT, BM=self.BM, FP32_DOT=self.fp32_dot,
-                    OPERAND_DTYPE=self.operand_dtype, **launch, **sizes)
+        return dict(H=self.H, M=self.M, BT=BT, BM=self.BM, **self.dots, **launch, **sizes)
 
 
 def _states(L, q, k, v, s, g, hk0, hv0):
@@ -474,8 +471,8 @@ def _states(L, q, k, v, s, g, hk0, hv0):
     float32."""
     hk0t = None if hk0 is None else hk0.to(torch.float32).transpose(-1, -2).contiguous()
     hv0 = None if hv0 is None else hv0.to(torch.float32).contiguous()
-    states_k = chunk_fwd_h(s, k, g, hk0t, BT, L.fp32_dot, L.operand_dtype)
-    states_v = chunk_fwd_h(s, v, g, hv0, BT, L.fp32_dot, L.operand_dtype)
+    states_k = chunk_fwd_h(s, k, g, hk0t, BT, **L.state_dots)
+    states_v = chunk_fwd_h(s, v, g, hv0, BT, **L.state_dots)
     return states_k, states_v
 
 
@@ -526,10 +523,9 @@ class ChunkGSAFunction(torch.autograd.Function):
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
         (states_k, _), (states_v, _) = _states(L, q, k, v, s, g, hk0, hv0)
-        dots = dict(fp32_dot=L.fp32_dot, operand_dtype=L.operand_dtype)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
         dhv, dhv0 = chunk_bwd_dh(p, g, do, dhvt, 1.0, BT, q_gate_exclusive=False,
-                                 need_dh0=use_h0, **dots)
+                                 need_dh0=use_h0, **L.state_dots)
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         grid = (L.NS, L.B * L.H)
@@ -538,7 +534,7 @@ class ChunkGSAFunction(torch.autograd.Function):
 
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
-                                 need_dh0=use_h0, **dots)
+                                 need_dh0=use_h0, **L.state_dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
         weights_k = torch.empty_like(weights_v)  # C of hk^T, left by the dq kernel

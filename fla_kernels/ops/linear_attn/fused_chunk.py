@@ -25,13 +25,12 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import block_size
 from fla_kernels.ops.common.dot import add_rounded, mma
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
 from fla_kernels.ops.simple_gla.chunk import prepare
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
 
@@ -138,15 +137,12 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
         tl.store(dh0 + o_s, b_dh, mask=m_s)
 
 
-class _Launch:
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with the grid (V-block, K-block, b*h) and the warps."""
+
     def __init__(self, q, v):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
-        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        super().__init__(q, v, BT)
         self.grid = (self.NV, self.NK, self.B * self.H)
-        self.dots = product_settings(q.dtype)
         # fp32 IEEE dots run on the FMA units: more warps share the [BT, BT] products
         # (and halve the compile time of the backward)
         self.num_warps = 8 if self.dots["FP32_DOT"] and self.BK * self.BV >= 4096 else 4

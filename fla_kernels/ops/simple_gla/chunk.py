@@ -47,10 +47,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
-                                                tuned_blocks)
+from fla_kernels.ops.common.chunk_state import chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos
 from fla_kernels.ops.common.dot import mma, mma_tf32_split
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch, tuned_blocks
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
 from fla_kernels.precision import product_settings, store_dtype
@@ -232,20 +231,18 @@ TUNING = {
 }
 
 
-class _Launch:
-    """Shapes, block sizes and dot settings shared by the launches of one call."""
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with tf32 products, the operand dtypes and the tuned
+    blocks of each kernel."""
 
     def __init__(self, q, v):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
         # Products of a dot's result (the scores, dA) take tf32 operands for 16-bit inputs, never
         # bf16 / fp16 ones. With bf16 operands throughout, the H100 (triton 3.6) gave wrong o in
         # rows 16..63 of every chunk (the rows of warps 1-3) when the K loop ran once and BV <= 32
         # (K=64/V=16, K=64/V=32, K=32/V=16): the score matrix, a dot's result, feeds the next
         # dot. tf32 products were right on those shapes and are as exact on the inputs (bf16 and
         # fp16 values are tf32 values); fp32 inputs keep IEEE products.
-        self.dots = product_settings(q.dtype, tf32=True)
+        super().__init__(q, v, BT, tf32=True)
         # products of two loaded inputs: in their own dtype, exact
         self.input_dtype = product_settings(q.dtype)["OPERAND_DTYPE"]
         # the stored states (and, without a gate, their gradients dh): bf16 for bf16 inputs, as
@@ -268,8 +265,8 @@ class _Launch:
 
 def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
-    return chunk_fwd_h(k, v, g, initial_state, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
-                       state_dtype, TUNING["fwd_h"])
+    return chunk_fwd_h(k, v, g, initial_state, BT, **L.state_dots, state_dtype=state_dtype,
+                       tuning=TUNING["fwd_h"])
 
 
 def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
@@ -290,9 +287,8 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
     state_dtype = L.state_dtype if g is None else torch.float32
     states, _ = _states(L, k, v, g, initial_state, state_dtype)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=False,
-                           need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
-                           operand_dtype=L.dots["OPERAND_DTYPE"], state_dtype=state_dtype,
-                           tuning=TUNING["bwd_dh"])
+                           need_dh0=initial_state is not None, **L.state_dots,
+                           state_dtype=state_dtype, tuning=TUNING["bwd_dh"])
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("bwd_dv")
     launch(_bwd_dv_kernel, (NV, L.NT, L.B * L.H),
