@@ -53,8 +53,8 @@ from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
-from fla_kernels.ops.gla.chunk import validate_gla
 from fla_kernels.precision import store_dtype
+from fla_kernels.utils import check_inputs
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
@@ -344,7 +344,8 @@ def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_sta
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
     Differentiable in q, k, v, g and initial_state.
     """
-    validate_gla("fused_chunk_gla", q, k, v, g, initial_state)
+    check_inputs("fused_chunk_gla", dict(q=q, k=k, v=v, g=g),
+                 dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK"), initial_state=initial_state)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     q, k, v, g = (x.contiguous() for x in (q, k, v, g))
     if initial_state is not None:

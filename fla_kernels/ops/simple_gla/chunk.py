@@ -334,18 +334,10 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
 
 
 def prepare(op, q, k, v, g, initial_state):
-    """Check the arguments (ValueError before any launch) and make the tensors contiguous."""
-    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v)):
-        raise ValueError(f"{op}: q, k, v must be 4-D [B, T, H, *] tensors.")
-    if g is not None and not (isinstance(g, torch.Tensor) and g.dim() == 3):
-        raise ValueError(f"{op}: g must be a 3-D [B, T, H] tensor or None.")
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    tensors = {"q": q, "k": k, "v": v}
-    shapes = {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "g": (B, T, H)}
-    if g is not None:
-        tensors["g"] = g
-    check_inputs(op, tensors, shapes, initial_state=initial_state, state_shape=(B, H, K, V))
+    """Check the arguments (ValueError before any launch; g [B, T, H] or None) and make the
+    tensors contiguous."""
+    check_inputs(op, dict(q=q, k=k, v=v, g=g), dict(q="BTHK", k="BTHK", v="BTHV", g="BTH"),
+                 optional=("g",), initial_state=initial_state)
     q, k, v = (x.contiguous() for x in (q, k, v))
     g = None if g is None else g.contiguous()
     h0 = None if initial_state is None else initial_state.contiguous()
