@@ -57,7 +57,8 @@ from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
-from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
+from fla_kernels.ops.common.tiles import (diagonal, load_chunk_rows, load_rows, load_state,
+                                          store_rows)
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
 from fla_kernels.precision import store_dtype
 
@@ -116,13 +117,6 @@ def _earlier_keys(s, g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT
         b_to = exp_nonpos(gates_after(b_g, 0, t_i, BT, BT, FP32_DOT, g.dtype.element_ty))
         b_sE = load_chunk_rows(s, base_m, c0, 0, t_i, T, H, M, BT, BM, 0) * b_to
     return b_sE
-
-
-@triton.jit
-def _diagonal(b_A, BC: tl.constexpr):
-    """[BC] the diagonal of a [BC, BC] tile."""
-    o_i = tl.arange(0, BC)
-    return tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_A, 0.0), axis=1)
 
 
 @triton.jit
@@ -192,7 +186,7 @@ def _readout(x, y, s, g, b_own, b_in, states, index, base, base_m, c0, i_s, T, H
         f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
                                               g.dtype.element_ty)
         b_r += f_row * mma_split(tl.where(pairs, b_A, 0.0), b_s * f_col, FP32_DOT)
-    return b_r, _diagonal(b_A, BC)[:, None] * b_s, b_sE
+    return b_r, diagonal(b_A, BC)[:, None] * b_s, b_sE
 
 
 @triton.jit
@@ -414,7 +408,7 @@ def _bwd_slots_kernel(dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_
             + mma_split(tl.trans(tl.where(pairs, b_Av, 0.0)), b_wv * f_row, FP32_DOT))
     b_leave = (load_rows(leave_k, base_m, t0, T, H, M, BC, BM, 0)
                + load_rows(leave_v, base_m, t0, T, H, M, BC, BM, 0))
-    b_pair = _diagonal(b_Ak, BC)[:, None] * b_wk + _diagonal(b_Av, BC)[:, None] * b_wv
+    b_pair = diagonal(b_Ak, BC)[:, None] * b_wk + diagonal(b_Av, BC)[:, None] * b_wv
     store_rows(ds, b_ds_in + b_pair + b_leave, base_m, t0, T, H, M, BC, BM, 0)
     if NEED_DG:
         is_last = (t0 + tl.arange(0, BC) == tl.minimum(c0 + BT, T) - 1)[:, None]

@@ -51,7 +51,8 @@ from fla_kernels.ops.common.chunk_state import chunk_bwd_dh, chunk_cumgate, chun
 from fla_kernels.ops.common.dot import mma, mma_tf32_split
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch, tuned_blocks
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
+from fla_kernels.ops.common.tiles import (diagonal, head_program, load_rows, load_rows_t,
+                                          load_state, store_rows)
 from fla_kernels.precision import product_settings, store_dtype
 from fla_kernels.utils import check_inputs
 
@@ -79,10 +80,8 @@ def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.co
 
     Operands: q k^T in INPUT_DTYPE (loaded inputs: exact products), q h_c in STATE_DTYPE (the
     stored states' dtype, or tf32 for float32 ones), the scores times v in OPERAND_DTYPE."""
-    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
     b_o = tl.zeros([BT, BV], dtype=tl.float32)
@@ -113,10 +112,8 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
     one program per (V-block, chunk, b*h); dh_c is the gradient w.r.t. the state leaving chunk c.
     The transposed scores are their own dot (k q^T), not the transpose of another dot's result.
     Operands as in `_fwd_o_kernel` (dh for the states)."""
-    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
     b_At = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
@@ -151,10 +148,8 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     with dA_ij = scale (do_i . v_j) exp(G_i - G_j). dA and its transpose are two dots of loaded
     tiles (never a transposed dot result). dg: see the module docstring. Operands as in
     `_fwd_o_kernel` (states and dh alike)."""
-    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
     is_last = (c0 + o_i == tl.minimum(c0 + BT, T) - 1)[:, None]
@@ -185,7 +180,7 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     strict = o_i[:, None] > o_i[None, :]
     strict_t = o_i[:, None] < o_i[None, :]
     # the diagonal carries no gate (exp(0) = 1) and is added apart; dA, dA^T keep j < i only
-    b_diag = tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_dA, 0.0), axis=1)[:, None] * scale
+    b_diag = diagonal(b_dA, BT)[:, None] * scale
     b_dq *= scale
     if USE_G:
         b_dq *= exp_nonpos(b_G.to(tl.float32))[:, None]
