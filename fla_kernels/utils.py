@@ -13,38 +13,79 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def check_inputs(op: str, tensors: dict, shapes: dict, initial_state=None, state_shape=None):
-    """Raise ValueError with one plain sentence if the arguments cannot be run.
+def _dims(layout: str) -> str:
+    """'BTHK' -> '[B, T, H, K]'."""
+    return "[" + ", ".join(layout) + "]"
 
-    tensors: name -> tensor; shapes: name -> expected shape tuple (ints).
+
+def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_state=None,
+                 states="BHKV") -> dict:
+    """The one argument check of every public op: raise ValueError with one plain sentence that
+    names `op` and the argument, before any kernel launches, if the arguments cannot be run;
+    else return the sizes, {letter: size}.
+
+    tensors: name -> argument, in call order; layouts: name -> its dimensions as letters
+    ("BTHK" for [B, T, H, K]), one size per letter, set by the first input that has it (q sets
+    B, T, H, K; v then V). optional: the names that may be None. states: the layout of
+    initial_state, which may be None, or name -> layout where initial_state is a tuple of
+    states ({"hk": "BHKM", "hv": "BHMV"}).
     """
-    first = next(iter(tensors.values()))
+    sizes = {}
+    first = None
     for name, x in tensors.items():
+        layout = layouts[name]
+        if x is None and name in optional:
+            continue
+        or_none = " or None" if name in optional else ""
         if not isinstance(x, torch.Tensor):
-            raise ValueError(f"{op}: {name} must be a torch.Tensor, got {type(x).__name__}.")
+            raise ValueError(f"{op}: {name} must be a torch.Tensor{or_none}, got {type(x).__name__}.")
+        if x.dim() != len(layout):
+            raise ValueError(f"{op}: {name} must be a {len(layout)}-D tensor {_dims(layout)}{or_none}, "
+                             f"got a {x.dim()}-D one.")
         if x.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"{op}: {name} has dtype {x.dtype}; expected float32, float16 or bfloat16.")
+        first = x if first is None else first
         if x.device != first.device:
             raise ValueError(f"{op}: {name} is on {x.device} but the other inputs are on {first.device}.")
-        if tuple(x.shape) != tuple(shapes[name]):
-            raise ValueError(f"{op}: {name} has shape {tuple(x.shape)}; expected {tuple(shapes[name])}.")
-    dtypes = {x.dtype for x in tensors.values()}
+        for letter, n in zip(layout, x.shape):
+            sizes.setdefault(letter, n)
+        expected = tuple(sizes[letter] for letter in layout)
+        if tuple(x.shape) != expected:
+            raise ValueError(f"{op}: {name} has shape {tuple(x.shape)}; expected {expected} {_dims(layout)}.")
+    dtypes = {x.dtype for x in tensors.values() if x is not None}
     if len(dtypes) > 1:
         raise ValueError(f"{op}: inputs mix dtypes {sorted(str(d) for d in dtypes)}; pass one dtype.")
     if first.device.type not in ("cuda", "cpu") or (first.device.type == "cpu" and not interpreting()):
         raise ValueError(f"{op}: inputs are on {first.device}; Triton kernels need a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors).")
     if initial_state is not None:
-        states = initial_state if isinstance(initial_state, (tuple, list)) else (initial_state,)
-        shapes_ = state_shape if isinstance(initial_state, (tuple, list)) else (state_shape,)
-        for s, shape in zip(states, shapes_):
-            if not isinstance(s, torch.Tensor):
-                raise ValueError(f"{op}: initial_state must be a torch.Tensor or None.")
-            if tuple(s.shape) != tuple(shape):
-                raise ValueError(f"{op}: initial_state has shape {tuple(s.shape)}; expected {tuple(shape)}.")
-            if s.device != first.device:
-                raise ValueError(f"{op}: initial_state is on {s.device} but the inputs are on {first.device}.")
-            if s.dtype not in SUPPORTED_DTYPES:
-                raise ValueError(f"{op}: initial_state has dtype {s.dtype}; expected float32.")
-    if first.shape[1] < 1:
+        _check_states(op, initial_state, states, sizes, first.device)
+    if sizes["T"] < 1:
         raise ValueError(f"{op}: the sequence is empty (T = 0); T must be at least 1.")
+    return sizes
+
+
+def _check_states(op: str, initial_state, states, sizes: dict, device):
+    """`check_inputs` of a given initial_state: one tensor, or a tuple of them where `states`
+    names several."""
+    if isinstance(states, str):
+        if not isinstance(initial_state, torch.Tensor):
+            raise ValueError(f"{op}: initial_state must be a torch.Tensor or None.")
+        pairs = [("initial_state", initial_state, states)]
+    else:
+        if not (isinstance(initial_state, (tuple, list)) and len(initial_state) == len(states)):
+            parts = ", ".join(f"{name} {_dims(layout)}" for name, layout in states.items())
+            kind = "a pair" if len(states) == 2 else "a tuple"
+            raise ValueError(f"{op}: initial_state must be None or {kind} ({parts}).")
+        pairs = [(f"initial_state {name}", s, layout)
+                 for (name, layout), s in zip(states.items(), initial_state)]
+    for label, s, layout in pairs:
+        if not isinstance(s, torch.Tensor):
+            raise ValueError(f"{op}: {label} must be a torch.Tensor, got {type(s).__name__}.")
+        expected = tuple(sizes[letter] for letter in layout)
+        if tuple(s.shape) != expected:
+            raise ValueError(f"{op}: {label} has shape {tuple(s.shape)}; expected {expected} {_dims(layout)}.")
+        if s.device != device:
+            raise ValueError(f"{op}: {label} is on {s.device} but the inputs are on {device}.")
+        if s.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"{op}: {label} has dtype {s.dtype}; expected float32.")

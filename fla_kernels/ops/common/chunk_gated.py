@@ -37,15 +37,15 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (block_size, chunk_bwd_dh, chunk_fwd_h,
-                                                chunk_gate_sums, diag_level_sums, exp_nonpos,
-                                                gates_after, gates_from, tuned_blocks)
+from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, chunk_gate_sums,
+                                                diag_level_sums, exp_nonpos, gates_after,
+                                                gates_from)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import launch
-from fla_kernels.ops.common.tiles import (gather_rows, load_chunk_rows, load_rows, load_rows_t,
-                                          load_state, store_rows)
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.ops.common.launch import LaunchSizes, block_size, launch, tuned_blocks
+from fla_kernels.ops.common.tiles import (gather_rows, head_program, load_chunk_rows, load_rows,
+                                          load_rows_t, load_state, store_rows)
+from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
 BC = 16  # tokens per sub-chunk of the intra-chunk products
@@ -98,9 +98,8 @@ def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.c
     """
     NC: tl.constexpr = BT // BC
     GATE_DTYPE: tl.constexpr = g.dtype.element_ty
-    i_p, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base = (i_b * T * H + i_h) * K
+    i_p, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base = row * K
     c0 = i_c * BT
     o_i = tl.arange(0, BC)
     if i_p >= NC:
@@ -153,10 +152,8 @@ def _fwd_o_kernel(q, v, g, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.co
                   BV: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
                   OPERAND_DTYPE: tl.constexpr):
     """o = scale * ((q * exp(pre)) h_c + A v), one program per (V-block, chunk, b*h)."""
-    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     b_o = tl.zeros([BT, BV], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
@@ -198,10 +195,8 @@ def _bwd_dv_kernel(k, g, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
 
     dh_c is the gradient w.r.t. the state leaving chunk c.
     """
-    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     p_At, m_At = _score_block(A, i_bh, T, c0, 0, BT, BT, BT, True)
     b_At = tl.load(p_At, mask=m_At, other=0)
@@ -231,10 +226,8 @@ def _bwd_inter_kernel(k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boun
     boundary term of dg without that gate-free path (`_bwd_intra_kernel` says
     why both sides drop it).
     """
-    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     is_last = (c0 + tl.arange(0, BT) == tl.minimum(c0 + BT, T) - 1)[:, None]
     b_pre, b_suf, b_tot = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, READS_PREVIOUS,
@@ -300,10 +293,9 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
     """
     NC: tl.constexpr = BT // BC
     GATE_DTYPE: tl.constexpr = g.dtype.element_ty
-    i_ki, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_ki, i_c, i_bh, i_b, i_h, row = head_program(T, H)
     i_k, i_i = i_ki // NC, i_ki % NC
-    i_b, i_h = i_bh // H, i_bh % H
-    base = (i_b * T * H + i_h) * K
+    base = row * K
     c0 = i_c * BT
     last = tl.minimum(c0 + BT, T) - 1
     o_i = tl.arange(0, BC)
@@ -393,23 +385,18 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
 
 # ----------------------------------------------------------------------------- launchers
 
-class _Launch:
-    """Shapes, block sizes and dot settings shared by the launches of one call."""
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with the intra-chunk kernels' K-blocks and the op."""
 
     def __init__(self, q, v, reads_previous):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        super().__init__(q, v, BT)
         # triton 3.6 on the H100 miscompiles `_bwd_dv_kernel` over 16-wide K-blocks with 4 warps
         # (an out-of-bounds shared-memory read in the store of dv under compute-sanitizer; dv
         # wrong at V >= 24, an illegal address at V = 24): K = 16 takes a 32-wide masked block
         self.BK_DV = max(self.BK, 32)
-        self.NV = triton.cdiv(self.V, self.BV)
         self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
         self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
         self.reads_previous = bool(reads_previous)
-        self.dots = product_settings(q.dtype)
 
 
 def _intra_scores(L, q, k, g, u):
@@ -426,8 +413,8 @@ def _intra_scores(L, q, k, g, u):
 
 def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
-    return chunk_fwd_h(k, v, g, initial_state, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
-                       state_dtype, tuning=FWD_H)
+    return chunk_fwd_h(k, v, g, initial_state, BT, **L.state_dots, state_dtype=state_dtype,
+                       tuning=FWD_H)
 
 
 def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
@@ -464,8 +451,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     grid_v = (L.NV, L.NT, L.B * L.H)
     states, _ = _states(L, k, v, g, initial_state)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=L.reads_previous,
-                           need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
-                           operand_dtype=L.dots["OPERAND_DTYPE"])
+                           need_dh0=initial_state is not None, **L.state_dots)
     if A is None:
         A = _intra_scores(L, q, k, g, u)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)

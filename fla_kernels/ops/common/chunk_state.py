@@ -47,21 +47,8 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
-from fla_kernels.ops.common.launch import launch
-from fla_kernels.ops.common.tiles import load_rows
-
-
-def block_size(n: int, cap: int = 64) -> int:
-    """A power-of-two block covering n (at least 16, the smallest `tl.dot` size), at most cap."""
-    return min(cap, max(16, triton.next_power_of_2(n)))
-
-
-def tuned_blocks(K: int, V: int, tuning: dict | None) -> tuple[int, int, dict]:
-    """(BK, BV, launch keywords) of a kernel from its tuning entry: the block caps "BK" and "BV"
-    (64 when absent) and, where given, "num_warps" and "num_stages"."""
-    t = tuning or {}
-    options = {name: t[name] for name in ("num_warps", "num_stages") if name in t}
-    return block_size(K, cap=t.get("BK", 64)), block_size(V, cap=t.get("BV", 64)), options
+from fla_kernels.ops.common.launch import block_size, launch, tuned_blocks
+from fla_kernels.ops.common.tiles import head_program, initial_block, load_rows, store_state
 
 
 @triton.jit
@@ -109,6 +96,16 @@ def block_gate_sums(g: torch.Tensor, block: int):
 
 
 @triton.jit
+def _prefix_source(t, T, GS: tl.constexpr, EXCLUSIVE: tl.constexpr):
+    """(src, ok): the row(s) of P holding the prefix at time(s) t, and where it is not zero: the
+    row before with EXCLUSIVE (zero at a block start), else t itself (zero past T)."""
+    if EXCLUSIVE:
+        return t - 1, (t % GS != 0) & (t <= T)
+    else:
+        return t, t < T
+
+
+@triton.jit
 def load_prefix(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BR: tl.constexpr,
                 BK: tl.constexpr, i_k, GS: tl.constexpr, EXCLUSIVE: tl.constexpr):
     """[BR, BK] block-local prefix sums of the gate at rows t0.. (zero past T).
@@ -118,12 +115,7 @@ def load_prefix(P, base, t0, T, H: tl.constexpr, K: tl.constexpr, BR: tl.constex
     """
     t = t0 + tl.arange(0, BR)
     d = i_k * BK + tl.arange(0, BK)
-    if EXCLUSIVE:
-        src = t - 1
-        m_t = (t % GS != 0) & (t <= T)
-    else:
-        src = t
-        m_t = t < T
+    src, m_t = _prefix_source(t, T, GS, EXCLUSIVE)
     offs = base + src.to(tl.int64)[:, None] * (H * K) + d[None, :]
     return tl.load(P + offs, mask=m_t[:, None] & (d[None, :] < K), other=0)
 
@@ -133,24 +125,9 @@ def load_prefix_row(P, base, t, T, H: tl.constexpr, K: tl.constexpr, BK: tl.cons
                     GS: tl.constexpr, EXCLUSIVE: tl.constexpr):
     """[BK] row of `load_prefix` at time t."""
     d = i_k * BK + tl.arange(0, BK)
-    if EXCLUSIVE:
-        src = t - 1
-        ok = (t % GS != 0) & (t <= T)
-    else:
-        src = t
-        ok = t < T
+    src, ok = _prefix_source(t, T, GS, EXCLUSIVE)
     # (a scalar mask and'ed with a vector one trips the triton 3.9 interpreter: fold it into the bound)
     return tl.load(P + base + src.to(tl.int64) * (H * K) + d, mask=d < tl.where(ok, K, 0), other=0)
-
-
-@triton.jit
-def load_suffix(Q, base, t0, T, H: tl.constexpr, K: tl.constexpr, BR: tl.constexpr,
-                BK: tl.constexpr, i_k):
-    """[BR, BK] block-local exclusive suffix sums of the gate at rows t0.. (zero past T)."""
-    t = t0 + tl.arange(0, BR)
-    d = i_k * BK + tl.arange(0, BK)
-    offs = base + t.to(tl.int64)[:, None] * (H * K) + d[None, :]
-    return tl.load(Q + offs, mask=(t[:, None] < T) & (d[None, :] < K), other=0)
 
 
 @triton.jit
@@ -289,6 +266,35 @@ def scalar_gate_tiles(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr, BK:
 
 # ----------------------------------------------------------------------------- states
 
+@triton.jit
+def _walk_step(b_h, x, y, g, scale, row, i_b, i_h, c0, T, H: tl.constexpr, K: tl.constexpr,
+               V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, i_k, i_v,
+               USE_G: tl.constexpr, SCALAR_GATE: tl.constexpr, PREFIX: tl.constexpr,
+               PREFIX_EXCLUSIVE: tl.constexpr, SCALED: tl.constexpr, FP32_DOT: tl.constexpr,
+               OPERAND_DTYPE: tl.constexpr):
+    """The [BK, BV] block b_h of a state (or state gradient) carried over the chunk at c0:
+    diag(exp(total)) b_h + (x * exp(part))^T y, x [B, T, H, K] and y [B, T, H, V] read at the
+    program's `row`, part the gate sums up to each row (PREFIX, exclusive with PREFIX_EXCLUSIVE)
+    or after it, taken from g [B, T, H, K] (`chunk_gate_sums`) or, with SCALAR_GATE, g [B, T, H]
+    (`scalar_gate_tiles`); no decay without USE_G; x times scale too with SCALED."""
+    b_x = load_rows(x, row * K, c0, T, H, K, BT, BK, i_k)
+    if USE_G:
+        if SCALAR_GATE:
+            b_pre, b_suf, b_tot = scalar_gate_tiles(g, i_b, i_h, c0, T, H, BT, BK, PREFIX_EXCLUSIVE)
+        else:
+            b_pre, b_suf, b_tot = chunk_gate_sums(g, row * K, c0, T, H, K, BT, BK, i_k,
+                                                  PREFIX_EXCLUSIVE, FP32_DOT)
+        if PREFIX:
+            b_x = b_x * exp_nonpos(b_pre)
+        else:
+            b_x = b_x * exp_nonpos(b_suf)
+        b_h = b_h * exp_nonpos(b_tot)[:, None]
+    if SCALED:
+        b_x = b_x * scale
+    b_y = load_rows(y, row * V, c0, T, H, V, BT, BV, i_v)
+    return add_rounded(b_h, mma(tl.trans(b_x), b_y, FP32_DOT, OPERAND_DTYPE))
+
+
 @triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_fwd_h_kernel(k, v, g, h0, states, final, T, NT, H: tl.constexpr, K: tl.constexpr,
                         V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
@@ -297,40 +303,15 @@ def _chunk_fwd_h_kernel(k, v, g, h0, states, final, T, NT, H: tl.constexpr, K: t
     """states[b, h, c] = state entering chunk c (in states' dtype); final[b, h] = final state.
 
     One program per (K-block, V-block, b*h) walks the chunks in order, the state in float32:
-    h <- diag(exp(total)) h + (k * exp(suffix))^T v, the gate sums from g [B, T, H, K]
-    (`chunk_gate_sums`) or, with SCALAR_GATE, g [B, T, H] (`scalar_gate_tiles`).
+    h <- diag(exp(total)) h + (k * exp(suffix))^T v (`_walk_step`).
     """
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_kv = (o_k[:, None] < K) & (o_v[None, :] < V)
-    o_kv = o_k[:, None] * V + o_v[None, :]
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
-    p_state = states + i_bh * NT * K * V + o_kv
-
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_h += tl.load(h0 + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
     for i_c in range(NT):
-        tl.store(p_state + i_c * K * V, b_h.to(states.dtype.element_ty), mask=m_kv)
-        c0 = i_c * BT
-        t = c0 + tl.arange(0, BT)
-        p_k = k + base_k + t.to(tl.int64)[:, None] * (H * K) + o_k[None, :]
-        b_k = tl.load(p_k, mask=(t[:, None] < T) & (o_k[None, :] < K), other=0).to(tl.float32)
-        p_v = v + base_v + t.to(tl.int64)[:, None] * (H * V) + o_v[None, :]
-        b_v = tl.load(p_v, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
-        if USE_G:
-            if SCALAR_GATE:
-                _, b_suffix, b_total = scalar_gate_tiles(g, i_b, i_h, c0, T, H, BT, BK, True)
-            else:
-                _, b_suffix, b_total = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, True,
-                                                       FP32_DOT)
-            b_k = b_k * exp_nonpos(b_suffix)
-            b_h = b_h * exp_nonpos(b_total)[:, None]
-        b_h = add_rounded(b_h, mma(tl.trans(b_k), b_v, FP32_DOT, OPERAND_DTYPE))
-    tl.store(final + i_bh * K * V + o_kv, b_h, mask=m_kv)
+        store_state(states, i_bh * NT + i_c, b_h, K, V, BK, BV, i_k, i_v, False)
+        b_h = _walk_step(b_h, k, v, g, 1.0, row, i_b, i_h, i_c * BT, T, H, K, V, BT, BK, BV, i_k,
+                         i_v, USE_G, SCALAR_GATE, False, True, False, FP32_DOT, OPERAND_DTYPE)
+    store_state(final, i_bh, b_h, K, V, BK, BV, i_k, i_v, False)
 
 
 def _gate_args(g, stand_in):
@@ -375,42 +356,18 @@ def _chunk_bwd_dh_kernel(q, g, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
 
     One program per (K-block, V-block, b*h) walks the chunks backwards:
     dh <- diag(exp(total)) dh + scale * (q * exp(prefix))^T do, with the prefix
-    exclusive (the output reads the state before the step) or inclusive, summed from g as in
-    `_chunk_fwd_h_kernel`.
+    exclusive (the output reads the state before the step) or inclusive (`_walk_step`).
     """
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_kv = (o_k[:, None] < K) & (o_v[None, :] < V)
-    o_kv = o_k[:, None] * V + o_v[None, :]
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
-    p_dh = dh + i_bh * NT * K * V + o_kv
-
-    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_DHT:
-        b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    b_dh = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, False)
     for i_r in range(NT):
         i_c = NT - 1 - i_r
-        tl.store(p_dh + i_c * K * V, b_dh.to(dh.dtype.element_ty), mask=m_kv)
-        c0 = i_c * BT
-        t = c0 + tl.arange(0, BT)
-        p_q = q + base_k + t.to(tl.int64)[:, None] * (H * K) + o_k[None, :]
-        b_q = tl.load(p_q, mask=(t[:, None] < T) & (o_k[None, :] < K), other=0).to(tl.float32)
-        p_do = do + base_v + t.to(tl.int64)[:, None] * (H * V) + o_v[None, :]
-        b_do = tl.load(p_do, mask=(t[:, None] < T) & (o_v[None, :] < V), other=0).to(tl.float32)
-        if USE_G:
-            if SCALAR_GATE:
-                b_prefix, _, b_total = scalar_gate_tiles(g, i_b, i_h, c0, T, H, BT, BK, Q_GATE_EXCLUSIVE)
-            else:
-                b_prefix, _, b_total = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k,
-                                                       Q_GATE_EXCLUSIVE, FP32_DOT)
-            b_q = b_q * exp_nonpos(b_prefix)
-            b_dh = b_dh * exp_nonpos(b_total)[:, None]
-        b_dh = add_rounded(b_dh, mma(tl.trans(b_q * scale), b_do, FP32_DOT, OPERAND_DTYPE))
+        store_state(dh, i_bh * NT + i_c, b_dh, K, V, BK, BV, i_k, i_v, False)
+        b_dh = _walk_step(b_dh, q, do, g, scale, row, i_b, i_h, i_c * BT, T, H, K, V, BT, BK, BV,
+                          i_k, i_v, USE_G, SCALAR_GATE, True, Q_GATE_EXCLUSIVE, True, FP32_DOT,
+                          OPERAND_DTYPE)
     if STORE_DH0:
-        tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
+        store_state(dh0, i_bh, b_dh, K, V, BK, BV, i_k, i_v, False)
 
 
 def chunk_bwd_dh(q, g, do, dht, scale, chunk_size, q_gate_exclusive, need_dh0,

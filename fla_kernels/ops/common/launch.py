@@ -1,4 +1,5 @@
-"""Kernel launches, and first calls that compile all their kernels at once.
+"""Kernel launches: the sizes one call's launches share, and first calls that compile all their
+kernels at once.
 
 Triton compiles a kernel when it is first launched, one kernel after another: a chunked backward
 of six to eight kernels spent 12-17 s compiling on the H100 host before its first result. A pass
@@ -19,14 +20,55 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+import triton
 from torch.autograd.function import FunctionCtx
 
+from fla_kernels.precision import product_settings
 from fla_kernels.utils import interpreting
 
 try:
     from triton.runtime._async_compile import AsyncCompileMode, active_mode
 except ImportError:  # a triton without it compiles at each launch, as before
     AsyncCompileMode = active_mode = None
+
+
+
+def block_size(n: int, cap: int = 64) -> int:
+    """A power-of-two block covering n (at least 16, the smallest `tl.dot` size), at most cap."""
+    return min(cap, max(16, triton.next_power_of_2(n)))
+
+
+def tuned_blocks(K: int, V: int, tuning: dict | None) -> tuple[int, int, dict]:
+    """(BK, BV, launch keywords) of a kernel from its tuning entry: the block caps "BK" and "BV"
+    (64 when absent) and, where given, "num_warps" and "num_stages"."""
+    t = tuning or {}
+    options = {name: t[name] for name in ("num_warps", "num_stages") if name in t}
+    return block_size(K, cap=t.get("BK", 64)), block_size(V, cap=t.get("BV", 64)), options
+
+
+class LaunchSizes:
+    """The sizes and product settings that the launches of one call of a chunked op share.
+
+    B, T, H, K from q [B, T, H, K] and V from v [B, T, H, V]; NT, the chunks of `chunk_size`
+    tokens; BK, BV, the default column blocks (`block_size`), and NK, NV, how many of them cover
+    K and V; dots, the `mma` constexprs of the inputs' dtype (`product_settings`, with tf32
+    operands where `tf32`). One class, so no op recomputes them its own way; an op's own
+    settings (tuned blocks, workarounds) are attributes of a subclass next to its kernels.
+    """
+
+    def __init__(self, q: torch.Tensor, v: torch.Tensor, chunk_size: int, tf32: bool = False):
+        self.B, self.T, self.H, self.K = q.shape
+        self.V = v.shape[-1]
+        self.NT = triton.cdiv(self.T, chunk_size)
+        self.BK, self.BV = block_size(self.K), block_size(self.V)
+        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        self.dots = product_settings(q.dtype, tf32=tf32)
+
+    @property
+    def state_dots(self) -> dict:
+        """`dots` as the keywords `chunk_fwd_h` and `chunk_bwd_dh` take them."""
+        return dict(fp32_dot=self.dots["FP32_DOT"], operand_dtype=self.dots["OPERAND_DTYPE"])
+
 
 _COMPILE_ONLY = contextvars.ContextVar("fla_kernels_compile_only", default=False)
 _SEEN: set = set()

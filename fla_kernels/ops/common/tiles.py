@@ -7,6 +7,16 @@ import triton.language as tl
 
 
 @triton.jit
+def head_program(T, H: tl.constexpr):
+    """(i_0, i_1, i_bh, i_b, i_h, row) of a program on a grid (_, _, B * H): its first two
+    program ids, its batch and head (i_bh = b * H + h, int64) and row = b * T * H + h, the first
+    row of (b, h) in a [B, T, H, D] tensor (its offset there is row * D)."""
+    i_0, i_1, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h = i_bh // H, i_bh % H
+    return i_0, i_1, i_bh, i_b, i_h, i_b * T * H + i_h
+
+
+@triton.jit
 def load_rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
               BD: tl.constexpr, i_d):
     """[BR, BD] float32 tile of x [B, T, H, D] at rows t0.., columns i_d*BD.. (zero outside)."""
@@ -95,3 +105,24 @@ def store_state(s, index, val, K: tl.constexpr, V: tl.constexpr, BK: tl.constexp
     """Store a [BK, BV] block (or [BV, BK] with TRANSPOSED) into the [K, V] matrix number `index`."""
     offs, mask = _state_block(index, K, V, BK, BV, i_k, i_v, TRANSPOSED)
     tl.store(s + offs, val.to(s.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def initial_block(h0, index, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                  i_k, i_v, USE_H0: tl.constexpr, TRANSPOSED: tl.constexpr):
+    """The float32 [BK, BV] block (or [BV, BK] with TRANSPOSED) of the state a walk over the
+    chunks starts from: the [K, V] matrix number `index` of h0 with USE_H0, else zeros."""
+    if TRANSPOSED:
+        b_h = tl.zeros([BV, BK], dtype=tl.float32)
+    else:
+        b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        b_h += load_state(h0, index, K, V, BK, BV, i_k, i_v, TRANSPOSED)
+    return b_h
+
+
+@triton.jit
+def diagonal(b_A, BR: tl.constexpr):
+    """[BR] the diagonal of a [BR, BR] tile."""
+    o_i = tl.arange(0, BR)
+    return tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_A, 0.0), axis=1)

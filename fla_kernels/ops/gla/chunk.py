@@ -53,19 +53,6 @@ class ChunkGLAFunction(torch.autograd.Function):
         return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
 
 
-def validate_gla(name, q, k, v, g, initial_state):
-    """ValueError with one plain sentence unless the arguments fit the GLA signature."""
-    if not isinstance(q, torch.Tensor) or q.dim() != 4:
-        raise ValueError(f"{name}: q must be a 4-D tensor [B, T, H, K].")
-    if not isinstance(v, torch.Tensor) or v.dim() != 4:
-        raise ValueError(f"{name}: v must be a 4-D tensor [B, T, H, V].")
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    check_inputs(name, dict(q=q, k=k, v=v, g=g),
-                 dict(q=(B, T, H, K), k=(B, T, H, K), v=(B, T, H, V), g=(B, T, H, K)),
-                 initial_state=initial_state, state_shape=(B, H, K, V))
-
-
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
     """Chunked GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V] float32 or None).
 
@@ -73,7 +60,8 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
     Differentiable in q, k, v, g and initial_state.
     """
-    validate_gla("chunk_gla", q, k, v, g, initial_state)
+    check_inputs("chunk_gla", dict(q=q, k=k, v=v, g=g), dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK"),
+                 initial_state=initial_state)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     q, k, v, g = (x.contiguous() for x in (q, k, v, g))
     if initial_state is not None:

@@ -46,16 +46,16 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_size, block_total,
-                                                exp_nonpos, load_prefix, load_prefix_row,
-                                                load_suffix)
+from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, exp_nonpos,
+                                                load_prefix, load_prefix_row)
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import load_row, load_rows, load_state, store_rows, store_state
-from fla_kernels.ops.gla.chunk import validate_gla
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.ops.common.tiles import (diagonal, head_program, initial_block, load_row,
+                                          load_rows, load_state, store_rows, store_state)
+from fla_kernels.precision import store_dtype
+from fla_kernels.utils import check_inputs
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
@@ -85,15 +85,32 @@ def _diag_block_scores(b_q, b_pre, b_diag, k, P, base, t0, T, H: tl.constexpr, K
 
 
 @triton.jit
-def _chunk_tiles(q, k, P, Q, base_k, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                 BK: tl.constexpr, i_k):
-    """q, k, inclusive prefix p, exclusive suffix s ([BT, BK] float32) and total ([BK]) of one chunk."""
+def _chunk_tiles(q, k, v, P, Q, row, c0, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                 BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, i_k, i_v):
+    """q, k, v, the inclusive prefix p and exclusive suffix s of the gate ([BT, BK] or [BT, BV]
+    float32) and its total ([BK]) of the chunk at c0, for the program of (b, h) at `row`."""
+    base_k = row * K
     b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
     b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
+    b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
     b_p = load_prefix(P, base_k, c0, T, H, K, BT, BK, i_k, BT, False)
-    b_s = load_suffix(Q, base_k, c0, T, H, K, BT, BK, i_k)
+    b_s = load_rows(Q, base_k, c0, T, H, K, BT, BK, i_k)
     b_tot = block_total(P, base_k, c0, T, H, K, BK, i_k, BT)
-    return b_q, b_k, b_p, b_s, b_tot
+    return b_q, b_k, b_v, b_p, b_s, b_tot
+
+
+@triton.jit
+def _keys_into_state(b_k, b_s, c0, T, BT: tl.constexpr):
+    """k * exp(s), the chunk's keys as they enter the state leaving it, less the last token's:
+    its own k^T v is added to the final state apart (see the backward's boundary term)."""
+    return tl.where((c0 + tl.arange(0, BT) == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
+
+
+@triton.jit
+def _part_base(i_part, base, T, D: tl.constexpr):
+    """The offset of a program's (b, h) in part i_part of partials [N, B, T, H, D], from its
+    offset `base` in a [B, T, H, D] tensor."""
+    return i_part.to(tl.int64) * tl.num_programs(2) * T * D + base
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -102,26 +119,20 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
                       USE_H0: tl.constexpr, STORE_HT: tl.constexpr, FP32_DOT: tl.constexpr,
                       OPERAND_DTYPE: tl.constexpr):
     """o[i_k] (the K-block's part of o, [NK, B, T, H, V]) and the final state, walking the chunks."""
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
-    base_o = i_k.to(tl.int64) * tl.num_programs(2) * T * V + base_v
-    o_t = tl.arange(0, BT)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_h += load_state(h0, i_bh, K, V, BK, BV, i_k, i_v, False)
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
+    base_o = _part_base(i_k, base_v, T, V)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
     for i_c in range(NT):
         c0 = i_c * BT
-        b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
-        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_q, b_k, b_v, b_p, b_s, b_tot = _chunk_tiles(q, k, v, P, Q, row, c0, T, H, K, V, BT, BK,
+                                                      BV, i_k, i_v)
         b_A = _diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
                                 BT, BK, i_k)
         b_o = mma(b_q * exp_nonpos(b_p), b_h, FP32_DOT, OPERAND_DTYPE)
         b_o += mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
         store_rows(o, b_o * scale, base_o, c0, T, H, V, BT, BV, i_v)
-        # the last token's own k^T v is added after the loop (see the backward's boundary term)
-        b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
+        b_kd = _keys_into_state(b_k, b_s, c0, T, BT)
         b_h = add_rounded(b_h * exp_nonpos(b_tot)[:, None],
                           mma(tl.trans(b_kd), b_v, FP32_DOT, OPERAND_DTYPE))
     if STORE_HT:
@@ -151,19 +162,15 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
     goes to states[b, h, block]; boundary[i_v, b, h, NB - 1] = sum_v (h_T - k_L^T v_L) * dht.
     The state is carried transposed, [BV, BK], so no dot's result is ever transposed.
     """
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
-    base_p = i_v.to(tl.int64) * tl.num_programs(2) * T * K + base_k
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
+    base_p = _part_base(i_v, base_k, T, K)
     o_t = tl.arange(0, BT)
-    b_ht = tl.zeros([BV, BK], dtype=tl.float32)
-    if USE_H0:
-        b_ht += load_state(h0, i_bh, K, V, BK, BV, i_k, i_v, True)
+    b_ht = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, True)
     for i_c in range(NT):
         c0 = i_c * BT
-        b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
-        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_q, b_k, b_v, b_p, b_s, b_tot = _chunk_tiles(q, k, v, P, Q, row, c0, T, H, K, V, BT, BK,
+                                                      BV, i_k, i_v)
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_dA = mma(b_do, tl.trans(b_v), FP32_DOT, OPERAND_DTYPE) * scale
         b_dq = mma_split(b_do, b_ht, FP32_DOT) * (scale * exp_nonpos(b_p))
@@ -172,10 +179,10 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
             b_kj = load_row(k, base_k, c0 + j, T, H, K, BK, i_k)
             b_pj = load_prefix_row(P, base_k, c0 + j, T, H, K, BK, i_k, BT, False)
             b_dq += b_col[:, None] * b_kj[None, :] * exp_nonpos(b_p - b_pj[None, :])
-        b_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dA, 0.0), axis=1)
+        b_diag = diagonal(b_dA, BT)
         store_rows(dqs, b_dq, base_p, c0, T, H, K, BT, BK, i_k)
         store_rows(dq, b_dq + b_diag[:, None] * b_k, base_p, c0, T, H, K, BT, BK, i_k)
-        b_kd = tl.where((c0 + o_t == T - 1)[:, None], 0.0, b_k * exp_nonpos(b_s))
+        b_kd = _keys_into_state(b_k, b_s, c0, T, BT)
         b_ht = add_rounded(b_ht * exp_nonpos(b_tot)[None, :],
                            mma_split(tl.trans(b_v), b_kd, FP32_DOT))
         if ((i_c + 1) % STEPS == 0) & (i_c + 1 < NT):
@@ -204,18 +211,12 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
     At every interior dg block end, boundary[i_v, b, h, block] = sum_v h * dh with h from states.
     dh is carried twice, as [BK, BV] and transposed, so no dot's result is ever transposed.
     """
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
-    base_pk = i_v.to(tl.int64) * tl.num_programs(2) * T * K + base_k
-    base_pv = i_k.to(tl.int64) * tl.num_programs(2) * T * V + base_v
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
+    base_pk, base_pv = _part_base(i_v, base_k, T, K), _part_base(i_k, base_v, T, V)
     o_t = tl.arange(0, BT)
-    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
-    b_dht = tl.zeros([BV, BK], dtype=tl.float32)
-    if USE_DHT:
-        b_dh += load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, False)
-        b_dht += load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, True)
+    b_dh = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, False)
+    b_dht = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, True)
     for i_r in range(NT):
         i_c = NT - 1 - i_r
         c0 = i_c * BT
@@ -223,8 +224,8 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
             block = (i_c + 1) // STEPS - 1
             b_hb = load_state(states, i_bh * (NB - 1) + block, K, V, BK, BV, i_k, i_v, True)
             _store_boundary(boundary, tl.sum(b_hb * b_dht, axis=0), i_v, i_bh, block, NB, K, BK, i_k)
-        b_q, b_k, b_p, b_s, b_tot = _chunk_tiles(q, k, P, Q, base_k, c0, T, H, K, BT, BK, i_k)
-        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_q, b_k, b_v, b_p, b_s, b_tot = _chunk_tiles(q, k, v, P, Q, row, c0, T, H, K, V, BT, BK,
+                                                      BV, i_k, i_v)
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_decay = exp_nonpos(b_s)
         b_A = _diag_block_scores(b_q, b_p, tl.sum(b_q * b_k, axis=1), k, P, base_k, c0, T, H, K,
@@ -243,7 +244,7 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
             b_qi = load_row(q, base_k, c0 + i, T, H, K, BK, i_k)
             b_pi = load_prefix_row(P, base_k, c0 + i, T, H, K, BK, i_k, BT, False)
             b_dk += b_row[:, None] * b_qi[None, :] * exp_nonpos(b_pi[None, :] - b_p)
-        b_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dA, 0.0), axis=1)
+        b_diag = diagonal(b_dA, BT)
         store_rows(dks, b_dk, base_pk, c0, T, H, K, BT, BK, i_k)
         store_rows(dk, b_dk + b_diag[:, None] * b_q + b_dk_final, base_pk, c0, T, H, K, BT, BK, i_k)
 
@@ -258,15 +259,12 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
 
 # ----------------------------------------------------------------------------- launchers
 
-class _Launch:
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with the grid (K-block, V-block, b*h) of every kernel."""
+
     def __init__(self, q, v):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
-        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        super().__init__(q, v, BT)
         self.grid = (self.NK, self.NV, self.B * self.H)
-        self.dots = product_settings(q.dtype)
         self.sizes = dict(BT=BT, BK=self.BK, BV=self.BV)
 
 
@@ -348,7 +346,8 @@ def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_sta
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
     Differentiable in q, k, v, g and initial_state.
     """
-    validate_gla("fused_chunk_gla", q, k, v, g, initial_state)
+    check_inputs("fused_chunk_gla", dict(q=q, k=k, v=v, g=g),
+                 dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK"), initial_state=initial_state)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     q, k, v, g = (x.contiguous() for x in (q, k, v, g))
     if initial_state is not None:

@@ -56,10 +56,11 @@ from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_
                                                 exp_nonpos, gates_after, gates_from)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import compiles_ahead, launch
-from fla_kernels.ops.common.tiles import load_chunk_rows, load_rows, load_state, store_rows
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
+from fla_kernels.ops.common.tiles import (diagonal, load_chunk_rows, load_rows, load_state,
+                                          store_rows)
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk: the states are stored at chunk starts
 BC = 16  # tokens per sub-chunk (one gate block), one program each
@@ -116,13 +117,6 @@ def _earlier_keys(s, g, base_m, c0, i_s, T, H: tl.constexpr, M: tl.constexpr, BT
         b_to = exp_nonpos(gates_after(b_g, 0, t_i, BT, BT, FP32_DOT, g.dtype.element_ty))
         b_sE = load_chunk_rows(s, base_m, c0, 0, t_i, T, H, M, BT, BM, 0) * b_to
     return b_sE
-
-
-@triton.jit
-def _diagonal(b_A, BC: tl.constexpr):
-    """[BC] the diagonal of a [BC, BC] tile."""
-    o_i = tl.arange(0, BC)
-    return tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_A, 0.0), axis=1)
 
 
 @triton.jit
@@ -192,7 +186,7 @@ def _readout(x, y, s, g, b_own, b_in, states, index, base, base_m, c0, i_s, T, H
         f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, False, FP32_DOT,
                                               g.dtype.element_ty)
         b_r += f_row * mma_split(tl.where(pairs, b_A, 0.0), b_s * f_col, FP32_DOT)
-    return b_r, _diagonal(b_A, BC)[:, None] * b_s, b_sE
+    return b_r, diagonal(b_A, BC)[:, None] * b_s, b_sE
 
 
 @triton.jit
@@ -414,7 +408,7 @@ def _bwd_slots_kernel(dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_
             + mma_split(tl.trans(tl.where(pairs, b_Av, 0.0)), b_wv * f_row, FP32_DOT))
     b_leave = (load_rows(leave_k, base_m, t0, T, H, M, BC, BM, 0)
                + load_rows(leave_v, base_m, t0, T, H, M, BC, BM, 0))
-    b_pair = _diagonal(b_Ak, BC)[:, None] * b_wk + _diagonal(b_Av, BC)[:, None] * b_wv
+    b_pair = diagonal(b_Ak, BC)[:, None] * b_wk + diagonal(b_Av, BC)[:, None] * b_wv
     store_rows(ds, b_ds_in + b_pair + b_leave, base_m, t0, T, H, M, BC, BM, 0)
     if NEED_DG:
         is_last = (t0 + tl.arange(0, BC) == tl.minimum(c0 + BT, T) - 1)[:, None]
@@ -435,23 +429,21 @@ def _pow2(n):
     return max(16, triton.next_power_of_2(n))
 
 
-class _Launch:
-    """Shapes, block sizes and dot settings shared by the launches of one call."""
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT with tf32 products, the M slots, the sub-chunks and the
+    column blocks of each kernel."""
 
     def __init__(self, q, v, s):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V, self.M = v.shape[-1], s.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.NS = triton.cdiv(self.T, BC)
-        # K and V are read in column blocks (`TUNING`), the M slots whole (the softmax needs
-        # every slot)
-        self.BKW, self.BVW, self.BM = _pow2(self.K), _pow2(self.V), _pow2(self.M)
         # 16-bit inputs take tf32 products with operands rounded to nearest (`mma`), fp32 inputs
         # IEEE ones. With bf16 tensor-core operands (the fp32 states and the softmax terms rounded
         # to bf16) dg reached 5.2 floors at T=1000, M=64, strong gates on the H100, over the
         # bound; tf32 keeps 3 more bits.
-        settings = product_settings(q.dtype, tf32=True)
-        self.fp32_dot, self.operand_dtype = settings["FP32_DOT"], settings["OPERAND_DTYPE"]
+        super().__init__(q, v, BT, tf32=True)
+        self.M = s.shape[-1]
+        self.NS = triton.cdiv(self.T, BC)
+        # K and V are read in column blocks (`TUNING`), the M slots whole (the softmax needs
+        # every slot)
+        self.BKW, self.BVW, self.BM = _pow2(self.K), _pow2(self.V), _pow2(self.M)
 
     @staticmethod
     def block(kernel, D):
@@ -465,8 +457,7 @@ class _Launch:
         launch = {name: TUNING[kernel][name] for name in ("num_warps", "num_stages")}
         if sub_chunks:
             sizes.update(BC=BC, LEVELS=LEVELS)
-        return dict(H=self.H, M=self.M, BT=BT, BM=self.BM, FP32_DOT=self.fp32_dot,
-                    OPERAND_DTYPE=self.operand_dtype, **launch, **sizes)
+        return dict(H=self.H, M=self.M, BT=BT, BM=self.BM, **self.dots, **launch, **sizes)
 
 
 def _states(L, q, k, v, s, g, hk0, hv0):
@@ -474,8 +465,8 @@ def _states(L, q, k, v, s, g, hk0, hv0):
     float32."""
     hk0t = None if hk0 is None else hk0.to(torch.float32).transpose(-1, -2).contiguous()
     hv0 = None if hv0 is None else hv0.to(torch.float32).contiguous()
-    states_k = chunk_fwd_h(s, k, g, hk0t, BT, L.fp32_dot, L.operand_dtype)
-    states_v = chunk_fwd_h(s, v, g, hv0, BT, L.fp32_dot, L.operand_dtype)
+    states_k = chunk_fwd_h(s, k, g, hk0t, BT, **L.state_dots)
+    states_v = chunk_fwd_h(s, v, g, hv0, BT, **L.state_dots)
     return states_k, states_v
 
 
@@ -526,10 +517,9 @@ class ChunkGSAFunction(torch.autograd.Function):
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
         (states_k, _), (states_v, _) = _states(L, q, k, v, s, g, hk0, hv0)
-        dots = dict(fp32_dot=L.fp32_dot, operand_dtype=L.operand_dtype)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
         dhv, dhv0 = chunk_bwd_dh(p, g, do, dhvt, 1.0, BT, q_gate_exclusive=False,
-                                 need_dh0=use_h0, **dots)
+                                 need_dh0=use_h0, **L.state_dots)
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         grid = (L.NS, L.B * L.H)
@@ -538,7 +528,7 @@ class ChunkGSAFunction(torch.autograd.Function):
 
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
-                                 need_dh0=use_h0, **dots)
+                                 need_dh0=use_h0, **L.state_dots)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
         weights_k = torch.empty_like(weights_v)  # C of hk^T, left by the dq kernel

@@ -356,22 +356,6 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         )
 
 
-def check_gsa_inputs(op, q, k, v, s, g, initial_state):
-    """ValueError with a plain sentence for arguments no kernel can run; (B, T, H, K, V, M)."""
-    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v, s, g)):
-        raise ValueError(f"{op}: q, k, v, s, g must be 4-D [B, T, H, *] tensors.")
-    if initial_state is not None and not (isinstance(initial_state, (tuple, list)) and len(initial_state) == 2):
-        raise ValueError(f"{op}: initial_state must be None or a pair (hk [B, H, K, M], hv [B, H, M, V]).")
-    B, T, H, K = q.shape
-    V, M = v.shape[-1], s.shape[-1]
-    check_inputs(op, {"q": q, "k": k, "v": v, "s": s, "g": g},
-                 {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "s": (B, T, H, M),
-                  "g": (B, T, H, M)},
-                 initial_state=None if initial_state is None else tuple(initial_state),
-                 state_shape=((B, H, K, M), (B, H, M, V)))
-    return B, T, H, K, V, M
-
-
 def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):
     """Gated slot attention, token by token.
 
@@ -387,7 +371,9 @@ def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_fi
 def apply_gsa(op, function, q, k, v, s, g, scale, initial_state, output_final_state):
     """The public functions' shared body: check the arguments (ValueError before any launch), run
     the autograd `function`, return (o, (hk, hv) or None)."""
-    K = check_gsa_inputs(op, q, k, v, s, g, initial_state)[3]
+    K = check_inputs(op, dict(q=q, k=k, v=v, s=s, g=g),
+                     dict(q="BTHK", k="BTHK", v="BTHV", s="BTHM", g="BTHM"),
+                     initial_state=initial_state, states=dict(hk="BHKM", hv="BHMV"))["K"]
     scale = K ** -0.5 if scale is None else float(scale)
     hk0, hv0 = (None, None) if initial_state is None else initial_state
     o, hkt, hvt = function.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))

@@ -25,13 +25,13 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import block_size
 from fla_kernels.ops.common.dot import add_rounded, mma
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import load_rows, load_rows_t, store_rows
+from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_rows_t,
+                                          store_rows, store_state)
 from fla_kernels.ops.simple_gla.chunk import prepare
-from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
 
@@ -46,32 +46,18 @@ def _store_rows_t(x, val, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.
     tl.store(x + offs, val.to(x.dtype.element_ty), mask=(t[None, :] < T) & (d[:, None] < D))
 
 
-@triton.jit
-def _state_block(i_bh, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                 i_k, i_v):
-    """(offsets, mask) of the [BK, BV] block (i_k, i_v) of the [K, V] state of (b, h)."""
-    o_k = i_k * BK + tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    return i_bh * K * V + o_k[:, None] * V + o_v[None, :], (o_k[:, None] < K) & (o_v[None, :] < V)
-
-
 @triton.jit(do_not_specialize=["T", "NT", "B"])
 def _fwd_kernel(q, k, v, h0, o, ht, scale, T, NT, B, H: tl.constexpr, K: tl.constexpr,
                 V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                 USE_H0: tl.constexpr, STORE_HT: tl.constexpr, FP32_DOT: tl.constexpr,
                 OPERAND_DTYPE: tl.constexpr):
     """o [NK, B, T, H, V] (this K-block's share in slot i_k); ht [B, H, K, V] float32 when STORE_HT."""
-    i_v, i_k, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_k, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     base_o = ((i_k * B + i_b) * T * H + i_h) * V
     o_i = tl.arange(0, BT)
     causal = o_i[:, None] >= o_i[None, :]
-    o_s, m_s = _state_block(i_bh, K, V, BK, BV, i_k, i_v)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_h += tl.load(h0 + o_s, mask=m_s, other=0).to(tl.float32)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
     for i_c in range(NT):
         c0 = i_c * BT
         b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
@@ -82,7 +68,7 @@ def _fwd_kernel(q, k, v, h0, o, ht, scale, T, NT, B, H: tl.constexpr, K: tl.cons
         store_rows(o, b_o * scale, base_o, c0, T, H, V, BT, BV, i_v)
         b_h = add_rounded(b_h, mma(b_kt, b_v, FP32_DOT, OPERAND_DTYPE))
     if STORE_HT:
-        tl.store(ht + o_s, b_h, mask=m_s)
+        store_state(ht, i_bh, b_h, K, V, BK, BV, i_k, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
@@ -92,20 +78,15 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
                 STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Partials, float32: dq, dk [NV, B, T, H, K] (slot i_v), dv [NK, B, T, H, V] (slot i_k);
     dh0 [B, H, K, V] float32 when STORE_DH0."""
-    i_v, i_k, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_k, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     base_dk = ((i_v * B + i_b) * T * H + i_h) * K
     base_dv = ((i_k * B + i_b) * T * H + i_h) * V
     o_i = tl.arange(0, BT)
     lower_t = o_i[:, None] <= o_i[None, :]  # [j, i]: j <= i
-    o_s, m_s = _state_block(i_bh, K, V, BK, BV, i_k, i_v)
 
     # forward through the chunks with the state: dq^T = scale * (h_c do^T + k^T dA^T)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_h += tl.load(h0 + o_s, mask=m_s, other=0).to(tl.float32)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
     for i_c in range(NT):
         c0 = i_c * BT
         b_kt = load_rows_t(k, base_k, c0, T, H, K, BT, BK, i_k)
@@ -118,9 +99,7 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
 
     # backward through the chunks with dh = dL/d(state leaving the chunk)
     lower = o_i[:, None] >= o_i[None, :]    # [i, j]: i >= j
-    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_DHT:
-        b_dh += tl.load(dht + o_s, mask=m_s, other=0).to(tl.float32)
+    b_dh = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, False)
     for i_r in range(NT):
         c0 = (NT - 1 - i_r) * BT
         b_qt = load_rows_t(q, base_k, c0, T, H, K, BT, BK, i_k) * scale
@@ -135,18 +114,15 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
         store_rows(dv, b_dv, base_dv, c0, T, H, V, BT, BV, i_v)
         b_dh = add_rounded(b_dh, mma(b_qt, b_do, FP32_DOT, OPERAND_DTYPE))
     if STORE_DH0:
-        tl.store(dh0 + o_s, b_dh, mask=m_s)
+        store_state(dh0, i_bh, b_dh, K, V, BK, BV, i_k, i_v, False)
 
 
-class _Launch:
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with the grid (V-block, K-block, b*h) and the warps."""
+
     def __init__(self, q, v):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
-        self.BK, self.BV = block_size(self.K), block_size(self.V)
-        self.NK, self.NV = triton.cdiv(self.K, self.BK), triton.cdiv(self.V, self.BV)
+        super().__init__(q, v, BT)
         self.grid = (self.NV, self.NK, self.B * self.H)
-        self.dots = product_settings(q.dtype)
         # fp32 IEEE dots run on the FMA units: more warps share the [BT, BT] products
         # (and halve the compile time of the backward)
         self.num_warps = 8 if self.dots["FP32_DOT"] and self.BK * self.BV >= 4096 else 4

@@ -5,8 +5,6 @@ A thin public function on the shared kernels of fla_kernels/ops/common/fused_rec
 """
 from __future__ import annotations
 
-import torch
-
 from fla_kernels.ops.common.fused_recurrent import fused_recurrent
 from fla_kernels.utils import check_inputs
 
@@ -19,11 +17,6 @@ def fused_recurrent_linear_attn(q, k, v, scale=None, initial_state=None, output_
     (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V] float32 or None);
     differentiable in every tensor.
     """
-    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v)):
-        raise ValueError("fused_recurrent_linear_attn: q, k, v must be 4-D [B, T, H, *] tensors.")
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    check_inputs("fused_recurrent_linear_attn", {"q": q, "k": k, "v": v},
-                 {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V)},
-                 initial_state=initial_state, state_shape=(B, H, K, V))
+    check_inputs("fused_recurrent_linear_attn", dict(q=q, k=k, v=v),
+                 dict(q="BTHK", k="BTHK", v="BTHV"), initial_state=initial_state)
     return fused_recurrent(q, k, v, None, scale, initial_state, output_final_state)

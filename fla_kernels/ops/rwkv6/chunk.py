@@ -66,15 +66,9 @@ def chunk_rwkv6(r, k, v, w, u, scale=None, initial_state=None, output_final_stat
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
     Differentiable in r, k, v, w, u and initial_state.
     """
-    if not isinstance(r, torch.Tensor) or r.dim() != 4:
-        raise ValueError("chunk_rwkv6: r must be a 4-D tensor [B, T, H, K].")
-    if not isinstance(v, torch.Tensor) or v.dim() != 4:
-        raise ValueError("chunk_rwkv6: v must be a 4-D tensor [B, T, H, V].")
-    B, T, H, K = r.shape
-    V = v.shape[-1]
-    check_inputs("chunk_rwkv6", dict(r=r, k=k, v=v, w=w, u=u),
-                 dict(r=(B, T, H, K), k=(B, T, H, K), v=(B, T, H, V), w=(B, T, H, K), u=(H, K)),
-                 initial_state=initial_state, state_shape=(B, H, K, V))
+    K = check_inputs("chunk_rwkv6", dict(r=r, k=k, v=v, w=w, u=u),
+                     dict(r="BTHK", k="BTHK", v="BTHV", w="BTHK", u="HK"),
+                     initial_state=initial_state)["K"]
     scale = K ** -0.5 if scale is None else float(scale)
     r, k, v, w, u = (x.contiguous() for x in (r, k, v, w, u))
     if initial_state is not None:

@@ -47,12 +47,12 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
-                                                tuned_blocks)
+from fla_kernels.ops.common.chunk_state import chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos
 from fla_kernels.ops.common.dot import mma, mma_tf32_split
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch, tuned_blocks
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import load_rows, load_rows_t, load_state, store_rows
+from fla_kernels.ops.common.tiles import (diagonal, head_program, load_rows, load_rows_t,
+                                          load_state, store_rows)
 from fla_kernels.precision import product_settings, store_dtype
 from fla_kernels.utils import check_inputs
 
@@ -80,10 +80,8 @@ def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.co
 
     Operands: q k^T in INPUT_DTYPE (loaded inputs: exact products), q h_c in STATE_DTYPE (the
     stored states' dtype, or tf32 for float32 ones), the scores times v in OPERAND_DTYPE."""
-    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
     b_o = tl.zeros([BT, BV], dtype=tl.float32)
@@ -114,10 +112,8 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
     one program per (V-block, chunk, b*h); dh_c is the gradient w.r.t. the state leaving chunk c.
     The transposed scores are their own dot (k q^T), not the transpose of another dot's result.
     Operands as in `_fwd_o_kernel` (dh for the states)."""
-    i_v, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
     b_At = tl.zeros([BT, BT], dtype=tl.float32)  # [j, i]
@@ -152,10 +148,8 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     with dA_ij = scale (do_i . v_j) exp(G_i - G_j). dA and its transpose are two dots of loaded
     tiles (never a transposed dot result). dg: see the module docstring. Operands as in
     `_fwd_o_kernel` (states and dh alike)."""
-    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    base_k = (i_b * T * H + i_h) * K
-    base_v = (i_b * T * H + i_h) * V
+    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
     is_last = (c0 + o_i == tl.minimum(c0 + BT, T) - 1)[:, None]
@@ -186,7 +180,7 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     strict = o_i[:, None] > o_i[None, :]
     strict_t = o_i[:, None] < o_i[None, :]
     # the diagonal carries no gate (exp(0) = 1) and is added apart; dA, dA^T keep j < i only
-    b_diag = tl.sum(tl.where(o_i[:, None] == o_i[None, :], b_dA, 0.0), axis=1)[:, None] * scale
+    b_diag = diagonal(b_dA, BT)[:, None] * scale
     b_dq *= scale
     if USE_G:
         b_dq *= exp_nonpos(b_G.to(tl.float32))[:, None]
@@ -232,20 +226,18 @@ TUNING = {
 }
 
 
-class _Launch:
-    """Shapes, block sizes and dot settings shared by the launches of one call."""
+class _Launch(LaunchSizes):
+    """`LaunchSizes` over chunks of BT, with tf32 products, the operand dtypes and the tuned
+    blocks of each kernel."""
 
     def __init__(self, q, v):
-        self.B, self.T, self.H, self.K = q.shape
-        self.V = v.shape[-1]
-        self.NT = triton.cdiv(self.T, BT)
         # Products of a dot's result (the scores, dA) take tf32 operands for 16-bit inputs, never
         # bf16 / fp16 ones. With bf16 operands throughout, the H100 (triton 3.6) gave wrong o in
         # rows 16..63 of every chunk (the rows of warps 1-3) when the K loop ran once and BV <= 32
         # (K=64/V=16, K=64/V=32, K=32/V=16): the score matrix, a dot's result, feeds the next
         # dot. tf32 products were right on those shapes and are as exact on the inputs (bf16 and
         # fp16 values are tf32 values); fp32 inputs keep IEEE products.
-        self.dots = product_settings(q.dtype, tf32=True)
+        super().__init__(q, v, BT, tf32=True)
         # products of two loaded inputs: in their own dtype, exact
         self.input_dtype = product_settings(q.dtype)["OPERAND_DTYPE"]
         # the stored states (and, without a gate, their gradients dh): bf16 for bf16 inputs, as
@@ -268,8 +260,8 @@ class _Launch:
 
 def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
-    return chunk_fwd_h(k, v, g, initial_state, BT, L.dots["FP32_DOT"], L.dots["OPERAND_DTYPE"],
-                       state_dtype, TUNING["fwd_h"])
+    return chunk_fwd_h(k, v, g, initial_state, BT, **L.state_dots, state_dtype=state_dtype,
+                       tuning=TUNING["fwd_h"])
 
 
 def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
@@ -290,9 +282,8 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
     state_dtype = L.state_dtype if g is None else torch.float32
     states, _ = _states(L, k, v, g, initial_state, state_dtype)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=False,
-                           need_dh0=initial_state is not None, fp32_dot=L.dots["FP32_DOT"],
-                           operand_dtype=L.dots["OPERAND_DTYPE"], state_dtype=state_dtype,
-                           tuning=TUNING["bwd_dh"])
+                           need_dh0=initial_state is not None, **L.state_dots,
+                           state_dtype=state_dtype, tuning=TUNING["bwd_dh"])
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("bwd_dv")
     launch(_bwd_dv_kernel, (NV, L.NT, L.B * L.H),
@@ -338,18 +329,10 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
 
 
 def prepare(op, q, k, v, g, initial_state):
-    """Check the arguments (ValueError before any launch) and make the tensors contiguous."""
-    if not all(isinstance(x, torch.Tensor) and x.dim() == 4 for x in (q, k, v)):
-        raise ValueError(f"{op}: q, k, v must be 4-D [B, T, H, *] tensors.")
-    if g is not None and not (isinstance(g, torch.Tensor) and g.dim() == 3):
-        raise ValueError(f"{op}: g must be a 3-D [B, T, H] tensor or None.")
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    tensors = {"q": q, "k": k, "v": v}
-    shapes = {"q": (B, T, H, K), "k": (B, T, H, K), "v": (B, T, H, V), "g": (B, T, H)}
-    if g is not None:
-        tensors["g"] = g
-    check_inputs(op, tensors, shapes, initial_state=initial_state, state_shape=(B, H, K, V))
+    """Check the arguments (ValueError before any launch; g [B, T, H] or None) and make the
+    tensors contiguous."""
+    check_inputs(op, dict(q=q, k=k, v=v, g=g), dict(q="BTHK", k="BTHK", v="BTHV", g="BTH"),
+                 optional=("g",), initial_state=initial_state)
     q, k, v = (x.contiguous() for x in (q, k, v))
     g = None if g is None else g.contiguous()
     h0 = None if initial_state is None else initial_state.contiguous()
