@@ -47,7 +47,8 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos
+from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
+                                                through_states)
 from fla_kernels.ops.common.dot import mma, mma_tf32_split
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch, tuned_blocks
 from fla_kernels.ops.common.partials import sum_parts
@@ -165,18 +166,17 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     b_carried = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
-        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
-        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_do, b_v, b_dq_v, b_dk_v, b_carried_v = through_states(
+            do, v, states, dh, base_v, i_bh * NT + i_c, c0, T, H, K, V, BT, BK, BV, i_k, i_v,
+            FP32_DOT, STATE_DTYPE)
         b_dot = load_rows_t(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
-        b_ht = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
-        b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
         b_dA += mma(b_do, b_vt, FP32_DOT, INPUT_DTYPE)
         b_dAt += mma(b_v, b_dot, FP32_DOT, INPUT_DTYPE)
-        b_dq += mma(b_do, b_ht, FP32_DOT, STATE_DTYPE)
-        b_dk += mma(b_v, b_dht, FP32_DOT, STATE_DTYPE)
+        b_dq += b_dq_v
+        b_dk += b_dk_v
         if USE_G:
-            b_carried += tl.sum(b_ht * b_dht, axis=0)
+            b_carried += b_carried_v
     strict = o_i[:, None] > o_i[None, :]
     strict_t = o_i[:, None] < o_i[None, :]
     # the diagonal carries no gate (exp(0) = 1) and is added apart; dA, dA^T keep j < i only
