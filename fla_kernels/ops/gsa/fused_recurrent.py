@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common import chunk_gate_grad
+from fla_kernels.ops.common.autograd import cast, needed
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
 from fla_kernels.precision import store_dtype
@@ -241,7 +242,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
     @compiles_ahead
     def backward(ctx, do, dhkt, dhvt):
         q, k, v, s, g, hk0, hv0 = ctx.saved_tensors
-        need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
+        need_g, need_hk0, need_hv0 = (ctx.needs_input_grad[i] for i in (4, 6, 7))
         scale = ctx.scale
         B, T, H, K = q.shape
         V, M = v.shape[-1], s.shape[-1]
@@ -281,17 +282,16 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         if need_g:
             dg = chunk_gate_grad(y, torch.ones_like(y), s, dsm, bound, CHUNK, q_reads_current=True,
                                  out_dtype=store_dtype(g.dtype)).to(g.dtype)
-        return (
-            dq.to(q.dtype) if need_q else None,
-            dk.to(k.dtype) if need_k else None,
-            dv.to(v.dtype) if need_v else None,
-            ds.to(s.dtype) if need_s else None,
-            dg,
-            None,
-            dhk0.to(ctx.h0_dtypes[0]) if need_hk0 and use_h0 else None,
-            dhv0.to(ctx.h0_dtypes[1]) if need_hv0 and use_h0 else None,
-            None,
-        )
+        return gsa_grads(ctx, (q, k, v, s), (dq, dk, dv, ds), dg, (dhk0, dhv0), ctx.h0_dtypes)
+
+
+def gsa_grads(ctx, inputs, grads, dg, dh0, h0_dtypes):
+    """What a GSA Function's backward returns: the gradients of (q, k, v, s) in their inputs'
+    dtypes, dg, and those of (hk0, hv0) in h0_dtypes (None without an initial state), each None
+    where autograd needs none."""
+    dq, dk, dv, ds = (x.to(t.dtype) for x, t in zip(grads, inputs))
+    dhk0, dhv0 = (None, None) if h0_dtypes is None else (cast(x, d) for x, d in zip(dh0, h0_dtypes))
+    return needed(ctx, dq, dk, dv, ds, dg, None, dhk0, dhv0, None)
 
 
 def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):
