@@ -84,7 +84,8 @@ def _check_states(op: str, initial_state, states, sizes: dict, device):
             raise ValueError(f"{op}: {label} must be a torch.Tensor, got {type(s).__name__}.")
         expected = tuple(sizes[letter] for letter in layout)
         if tuple(s.shape) != expected:
-            raise ValueError(f"{op}: {label} has shape {tuple(s.shape)}; expected {expected} {_dims(layout)}.")
+            raise ValueError(f"{op}: {label} has shape {tuple(s.shape)}; "
+                             f"expected {expected} {_dims(layout)}.")
         if s.device != device:
             raise ValueError(f"{op}: {label} is on {s.device} but the inputs are on {device}.")
         if s.dtype not in SUPPORTED_DTYPES:

@@ -39,7 +39,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, chunk_gate_sums,
                                                 diag_level_sums, exp_nonpos, gates_after,
-                                                gates_from)
+                                                gates_from, through_states)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import LaunchSizes, block_size, launch, tuned_blocks
@@ -236,13 +236,12 @@ def _bwd_inter_kernel(k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boun
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     b_carried = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
-        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
-        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
-        b_ht = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
-        b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
-        b_dq += mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE)
-        b_dk += mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE)
-        b_carried += tl.sum(b_ht * b_dht, axis=0)
+        _, _, b_dq_v, b_dk_v, b_carried_v = through_states(do, v, states, dh, base_v, i_bh * NT + i_c,
+                                                           c0, T, H, K, V, BT, BK, BV, i_k, i_v,
+                                                           FP32_DOT, OPERAND_DTYPE)
+        b_dq += b_dq_v
+        b_dk += b_dk_v
+        b_carried += b_carried_v
     b_dk *= exp_nonpos(b_suf)
     # sum_v (h_{c+1} - k_L^T v_L) dh_c: the carried state's part, then the chunk's rows from the
     # very products k_j dk_j that chunk_gate_grad subtracts, so the two cancel to the last bit

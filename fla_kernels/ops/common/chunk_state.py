@@ -48,7 +48,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
 from fla_kernels.ops.common.launch import block_size, launch, tuned_blocks
-from fla_kernels.ops.common.tiles import head_program, initial_block, load_rows, store_state
+from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_state,
+                                          store_state)
 
 
 @triton.jit
@@ -312,6 +313,22 @@ def _chunk_fwd_h_kernel(k, v, g, h0, states, final, T, NT, H: tl.constexpr, K: t
         b_h = _walk_step(b_h, k, v, g, 1.0, row, i_b, i_h, i_c * BT, T, H, K, V, BT, BK, BV, i_k,
                          i_v, USE_G, SCALAR_GATE, False, True, False, FP32_DOT, OPERAND_DTYPE)
     store_state(final, i_bh, b_h, K, V, BK, BV, i_k, i_v, False)
+
+
+@triton.jit
+def through_states(do, v, states, dh, base_v, index, c0, T, H: tl.constexpr, K: tl.constexpr,
+                   V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, i_k,
+                   i_v, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """(do, v [BT, BV], do h^T, v dh^T [BT, BK], sum over the V-block of h * dh [BK]) for V-block
+    i_v of the chunk at c0: the parts of dq and dk through the state h entering the chunk and
+    the gradient dh of the one leaving it (states[index], dh[index], [K, V], read transposed),
+    and of the chunk's boundary term of dg."""
+    b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
+    b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+    b_ht = load_state(states, index, K, V, BK, BV, i_k, i_v, True)
+    b_dht = load_state(dh, index, K, V, BK, BV, i_k, i_v, True)
+    return (b_do, b_v, mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE),
+            mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE), tl.sum(b_ht * b_dht, axis=0))
 
 
 def _gate_args(g, stand_in):

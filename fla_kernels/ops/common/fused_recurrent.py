@@ -51,8 +51,9 @@ import triton.language as tl
 
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
-from fla_kernels.precision import store_dtype
 from fla_kernels.ops.common.partials import sum_parts
+from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.precision import store_dtype
 
 CHUNK = 64  # tokens per chunk of the gate-gradient sums
 
@@ -70,15 +71,6 @@ def _gate_ptr(g, token, K: tl.constexpr, o_k, GATE: tl.constexpr):
 
 
 @triton.jit
-def _gate_stride(H: tl.constexpr, K: tl.constexpr, GATE: tl.constexpr):
-    """Elements between the gates of consecutive tokens."""
-    if GATE == 2:
-        return H * K
-    else:
-        return H
-
-
-@triton.jit
 def _decay(p_g, m_k, GATE: tl.constexpr):
     """exp(g_t) shaped to scale a [BK, BV] block: [BK, 1] (GATE_CHANNEL) or a scalar (GATE_SCALAR)."""
     if GATE == 2:
@@ -87,50 +79,48 @@ def _decay(p_g, m_k, GATE: tl.constexpr):
         return tl.exp(tl.load(p_g).to(tl.float32))
 
 
+@triton.jit
+def _token_program(H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
+                   BV: tl.constexpr):
+    """(i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v) of a program on the grid (V-block, b*h): its ids
+    (int64), its columns of K (all of them) and of V, and their masks."""
+    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    return i_v, i_bh, i_bh // H, i_bh % H, o_k, o_v, o_k < K, o_v < V
+
+
+@triton.jit
+def _token_row(x, token, D: tl.constexpr, o_d, m_d):
+    """[BD] float32 row o_d of x [B, T, H, D] at the flat token index (b * T + t) * H + h."""
+    return tl.load(x + token * D + o_d, mask=m_d, other=0).to(tl.float32)
+
+
 @triton.jit(do_not_specialize=["T"])
 def _fwd_kernel(q, k, v, g, u, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexpr,
                 V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
                 READS_PREVIOUS: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
     """o [B, T, H, V] in o's dtype; ht [B, H, K, V] float32 when STORE_HT."""
-    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    o_kv = i_bh * K * V + o_k[:, None] * V + o_v[None, :]
-
-    p_q = q + (i_b * T * H + i_h) * K + o_k
-    p_k = k + (i_b * T * H + i_h) * K + o_k
-    p_v = v + (i_b * T * H + i_h) * V + o_v
-    p_o = o + (i_b * T * H + i_h) * V + o_v
-    if GATE != 0:
-        p_g = _gate_ptr(g, i_b * T * H + i_h, K, o_k, GATE)
+    i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v = _token_program(H, K, V, BK, BV)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_h += tl.load(h0 + o_kv, mask=m_kv, other=0).to(tl.float32)
-    for _ in range(T):
-        b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
-        b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
-        b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
+    for t in range(T):
+        token = (i_b * T + t) * H + i_h
+        b_q = _token_row(q, token, K, o_k, m_k) * scale
+        b_k = _token_row(k, token, K, o_k, m_k)
+        b_v = _token_row(v, token, V, o_v, m_v)
         b_kv = b_k[:, None] * b_v[None, :]
         if READS_PREVIOUS:
             b_o = tl.sum(b_q[:, None] * (b_h + b_u[:, None] * b_kv), axis=0)
         if GATE != 0:
-            b_h = b_h * _decay(p_g, m_k, GATE)
-            p_g += _gate_stride(H, K, GATE)
+            b_h = b_h * _decay(_gate_ptr(g, token, K, o_k, GATE), m_k, GATE)
         b_h += b_kv
         if not READS_PREVIOUS:
             b_o = tl.sum(b_q[:, None] * b_h, axis=0)
-        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
-        p_q += H * K
-        p_k += H * K
-        p_v += H * V
-        p_o += H * V
+        tl.store(o + token * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
     if STORE_HT:
-        tl.store(ht + o_kv, b_h, mask=m_kv)
+        store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
@@ -143,54 +133,34 @@ def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
     its last k^T v; garbage in a chunk's first row with READS_PREVIOUS, which is never read);
     states [B, H, NT, K, V] float32: the state leaving each chunk less the chunk's last k^T v
     (each program writes its V columns)."""
-    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-
-    p_k = k + (i_b * T * H + i_h) * K + o_k
-    p_v = v + (i_b * T * H + i_h) * V + o_v
-    p_do = do + (i_b * T * H + i_h) * V + o_v
-    p_dq = dq + ((i_v * B + i_b) * T * H + i_h) * K + o_k
-    p_dqs = dqs + ((i_v * B + i_b) * T * H + i_h) * K + o_k
-    if GATE != 0:
-        p_g = _gate_ptr(g, i_b * T * H + i_h, K, o_k, GATE)
+    i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v = _token_program(H, K, V, BK, BV)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
-    b_h = tl.zeros([BK, BV], dtype=tl.float32)  # the state after the previous token
-    if USE_H0:
-        b_h += tl.load(h0 + i_bh * K * V + o_k[:, None] * V + o_v[None, :], mask=m_kv, other=0)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)  # the state after the previous token
     b_hd = b_h  # the same less that token's k^T v (a stand-in before the first token)
     for i_c in range(NT):
-        for _ in range(tl.minimum(T - i_c * BT, BT)):
-            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
-            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
-            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32) * scale
+        for j in range(tl.minimum(T - i_c * BT, BT)):
+            token = (i_b * T + i_c * BT + j) * H + i_h
+            b_k = _token_row(k, token, K, o_k, m_k)
+            b_v = _token_row(v, token, V, o_v, m_v)
+            b_do = _token_row(do, token, V, o_v, m_v) * scale
             if READS_PREVIOUS:
                 b_dq = tl.sum(b_h * b_do[None, :], axis=1) + b_u * b_k * tl.sum(b_v * b_do, axis=0)
                 b_dqs = tl.sum(b_hd * b_do[None, :], axis=1)
             if GATE != 0:
-                b_hd = b_h * _decay(p_g, m_k, GATE)
-                p_g += _gate_stride(H, K, GATE)
+                b_hd = b_h * _decay(_gate_ptr(g, token, K, o_k, GATE), m_k, GATE)
             else:
                 b_hd = b_h
             b_h = b_hd + b_k[:, None] * b_v[None, :]
             if not READS_PREVIOUS:
                 b_dq = tl.sum(b_h * b_do[None, :], axis=1)
                 b_dqs = tl.sum(b_hd * b_do[None, :], axis=1)
-            tl.store(p_dq, b_dq, mask=m_k)
+            part = (i_v * B * T * H + token) * K + o_k
+            tl.store(dq + part, b_dq, mask=m_k)
             if NEED_DG:
-                tl.store(p_dqs, b_dqs, mask=m_k)
-            p_k += H * K
-            p_v += H * V
-            p_do += H * V
-            p_dq += H * K
-            p_dqs += H * K
+                tl.store(dqs + part, b_dqs, mask=m_k)
         if NEED_DG:
-            p_s = states + (i_bh * NT + i_c) * K * V + o_k[:, None] * V + o_v[None, :]
-            tl.store(p_s, b_hd, mask=m_kv)
+            store_state(states, i_bh * NT + i_c, b_hd, K, V, BK, BV, 0, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
@@ -206,29 +176,10 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
 
     Two gradients are carried: dS = dL/dS_t (b_dS) and exp(g_{t+1}) dS_{t+1} (b_dh): dS_t less
     the direct read of S_t (by q_t, or by q_{t+1} with READS_PREVIOUS), which dk' needs."""
-    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_v = o_k < K, o_v < V
-    m_kv = m_k[:, None] & m_v[None, :]
-    o_kv = o_k[:, None] * V + o_v[None, :]
-
-    last = (i_b * T + T - 1) * H + i_h  # the last token of this sequence
-    p_q = q + last * K + o_k
-    p_k = k + last * K + o_k
-    p_v = v + last * V + o_v
-    p_do = do + last * V + o_v
-    p_dv = dv + last * V + o_v
-    p_dk = dk + (i_v * B * T * H + last) * K + o_k
-    p_dks = dks + (i_v * B * T * H + last) * K + o_k
-    if GATE != 0:
-        p_g = _gate_ptr(g, last, K, o_k, GATE)
+    i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v = _token_program(H, K, V, BK, BV)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
-    b_dh = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_DHT:
-        b_dh += tl.load(dht + i_bh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     b_dS = b_dh
     for i in range(NT):
         i_c = NT - 1 - i
@@ -238,22 +189,26 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
                 b_out = b_dS
             else:
                 b_out = b_dh
-            b_s = tl.load(states + (i_bh * NT + i_c) * K * V + o_kv, mask=m_kv, other=0)
+            b_s = load_state(states, i_bh * NT + i_c, K, V, BK, BV, 0, i_v, False)
             tl.store(bound + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k,
                      tl.sum(b_s * b_out, axis=1), mask=m_k)
         b_duc = tl.zeros([BK], dtype=tl.float32)
-        for j in range(tl.minimum(T - i_c * BT, BT)):
-            b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
-            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
-            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
-            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
+        n = tl.minimum(T - i_c * BT, BT)
+        for j in range(n):
+            # the chunk's rows from its last (j = 0) back to its first
+            token = (i_b * T + i_c * BT + n - 1 - j) * H + i_h
+            b_q = _token_row(q, token, K, o_k, m_k) * scale
+            b_k = _token_row(k, token, K, o_k, m_k)
+            b_v = _token_row(v, token, V, o_v, m_v)
+            b_do = _token_row(do, token, V, o_v, m_v)
+            part = (i_v * B * T * H + token) * K + o_k
             if not READS_PREVIOUS:
                 b_dS = b_dh + b_q[:, None] * b_do[None, :]
             if NEED_DG:
                 # the chunk's last row (j = 0) keeps no dk': its path into the leaving state
                 # is left out of the boundary term as well
                 b_dks = tl.sum(b_dh * b_v[None, :], axis=1)
-                tl.store(p_dks, tl.where(j > 0, b_dks, 0.0), mask=m_k)
+                tl.store(dks + part, tl.where(j > 0, b_dks, 0.0), mask=m_k)
             b_dk = tl.sum(b_dS * b_v[None, :], axis=1)
             b_dv = tl.sum(b_dS * b_k[:, None], axis=0)
             if READS_PREVIOUS:
@@ -261,29 +216,21 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
                 b_dk += b_q * b_u * b_vdo
                 b_dv += tl.sum(b_q * b_u * b_k, axis=0) * b_do
                 b_duc += b_q * b_k * b_vdo
-            tl.store(p_dk, b_dk, mask=m_k)
-            tl.store(p_dv, b_dv.to(p_dv.dtype.element_ty), mask=m_v)
+            tl.store(dk + part, b_dk, mask=m_k)
+            tl.store(dv + token * V + o_v, b_dv.to(dv.dtype.element_ty), mask=m_v)
             if GATE != 0:
-                b_dh = b_dS * _decay(p_g, m_k, GATE)
-                p_g -= _gate_stride(H, K, GATE)
+                b_dh = b_dS * _decay(_gate_ptr(g, token, K, o_k, GATE), m_k, GATE)
             else:
                 b_dh = b_dS
             if READS_PREVIOUS:
                 b_dS = b_dh + b_q[:, None] * b_do[None, :]
-            p_q -= H * K
-            p_k -= H * K
-            p_v -= H * V
-            p_do -= H * V
-            p_dv -= H * V
-            p_dk -= H * K
-            p_dks -= H * K
         if READS_PREVIOUS:
             tl.store(du + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k, b_duc, mask=m_k)
     if STORE_DH0:
         if READS_PREVIOUS:
-            tl.store(dh0 + i_bh * K * V + o_kv, b_dS, mask=m_kv)
+            store_state(dh0, i_bh, b_dS, K, V, BK, BV, 0, i_v, False)
         else:
-            tl.store(dh0 + i_bh * K * V + o_kv, b_dh, mask=m_kv)
+            store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
 
 
 def _blocks(K, V):

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import torch
 
+from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
 from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
 from fla_kernels.ops.common.launch import compiles_ahead
-from fla_kernels.utils import check_inputs
+
+GLA_LAYOUTS = dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK")  # the inputs' dimensions (`check_inputs`)
 
 
 class ChunkGLAFunction(torch.autograd.Function):
@@ -32,25 +34,17 @@ class ChunkGLAFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, final_state, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
         final_state = final_state if output_final_state else None
-        ctx.save_for_backward(q, k, v, g, initial_state, A)
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
+        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state, A)
         return o, final_state
 
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, initial_state, A = ctx.saved_tensors
-        if do is None:
-            do = torch.zeros_like(v)
-        do = do.contiguous()
-        dht = dht.contiguous() if (dht is not None and ctx.output_final_state) else None
+        do, dht = upstream(ctx, v, do, dht)
         dq, dk, dv, dg, _, dh0 = chunk_gated_bwd(q, k, v, g, None, ctx.scale, initial_state, do, dht,
                                                  reads_previous=False, A=A)
-        if dh0 is not None:
-            dh0 = dh0.to(initial_state.dtype)
-        grads = (dq, dk, dv, dg, None, dh0, None)
-        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
+        return input_grads(ctx, (dq, dk, dv, dg), dh0, initial_state)
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
@@ -60,10 +54,5 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
     Differentiable in q, k, v, g and initial_state.
     """
-    check_inputs("chunk_gla", dict(q=q, k=k, v=v, g=g), dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK"),
-                 initial_state=initial_state)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    q, k, v, g = (x.contiguous() for x in (q, k, v, g))
-    if initial_state is not None:
-        initial_state = initial_state.contiguous()
-    return ChunkGLAFunction.apply(q, k, v, g, scale, initial_state, bool(output_final_state))
+    return apply_checked(ChunkGLAFunction, "chunk_gla", dict(q=q, k=k, v=v, g=g), GLA_LAYOUTS, scale,
+                         initial_state, output_final_state)

@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
 from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, exp_nonpos,
                                                 load_prefix, load_prefix_row)
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_split
@@ -54,8 +55,8 @@ from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (diagonal, head_program, initial_block, load_row,
                                           load_rows, load_state, store_rows, store_state)
+from fla_kernels.ops.gla.chunk import GLA_LAYOUTS
 from fla_kernels.precision import store_dtype
-from fla_kernels.utils import check_inputs
 
 BT = 16        # tokens per chunk (= gate block)
 GATE_GRAD_BT = 64  # rows per block of the dg sums
@@ -321,35 +322,19 @@ class FusedChunkGLAFunction(torch.autograd.Function):
     @compiles_ahead
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, ht = _forward(q, k, v, g, scale, initial_state, output_final_state)
-        ctx.save_for_backward(q, k, v, g, initial_state)
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
+        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state)
         return o, ht
 
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, initial_state = ctx.saved_tensors
-        do = torch.zeros_like(v) if do is None else do.contiguous()
-        dht = dht.contiguous() if (dht is not None and ctx.output_final_state) else None
+        do, dht = upstream(ctx, v, do, dht)
         dq, dk, dv, dg, dh0 = _backward(q, k, v, g, ctx.scale, initial_state, do, dht)
-        if dh0 is not None:
-            dh0 = dh0.to(initial_state.dtype)
-        grads = (dq, dk, dv, dg, None, dh0, None)
-        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
+        return input_grads(ctx, (dq, dk, dv, dg), dh0, initial_state)
 
 
 def fused_chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
-    """Fused-chunk GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V] float32 or None).
-
-    q, k, g: [B, T, H, K]; v: [B, T, H, V]; g is the log gate (<= 0);
-    scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
-    Differentiable in q, k, v, g and initial_state.
-    """
-    check_inputs("fused_chunk_gla", dict(q=q, k=k, v=v, g=g),
-                 dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK"), initial_state=initial_state)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    q, k, v, g = (x.contiguous() for x in (q, k, v, g))
-    if initial_state is not None:
-        initial_state = initial_state.contiguous()
-    return FusedChunkGLAFunction.apply(q, k, v, g, scale, initial_state, bool(output_final_state))
+    """Fused-chunk GLA: the arguments and results of `chunk_gla` (ops/gla/chunk.py)."""
+    return apply_checked(FusedChunkGLAFunction, "fused_chunk_gla", dict(q=q, k=k, v=v, g=g),
+                         GLA_LAYOUTS, scale, initial_state, output_final_state)

@@ -6,6 +6,7 @@ A thin public function on the shared kernels of fla_kernels/ops/common/fused_rec
 from __future__ import annotations
 
 from fla_kernels.ops.common.fused_recurrent import fused_recurrent
+from fla_kernels.ops.gla.chunk import GLA_LAYOUTS
 from fla_kernels.utils import check_inputs
 
 
@@ -17,6 +18,6 @@ def fused_recurrent_gla(q, k, v, g, scale=None, initial_state=None, output_final
     defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, final state
     [B, H, K, V] float32 or None); differentiable in every tensor.
     """
-    check_inputs("fused_recurrent_gla", dict(q=q, k=k, v=v, g=g),
-                 dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK"), initial_state=initial_state)
+    check_inputs("fused_recurrent_gla", dict(q=q, k=k, v=v, g=g), GLA_LAYOUTS,
+                 initial_state=initial_state)
     return fused_recurrent(q, k, v, g, scale, initial_state, output_final_state)

@@ -59,7 +59,7 @@ from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.tiles import (diagonal, load_chunk_rows, load_rows, load_state,
                                           store_rows)
-from fla_kernels.ops.gsa.fused_recurrent import apply_gsa
+from fla_kernels.ops.gsa.fused_recurrent import apply_gsa, gsa_grads
 from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk: the states are stored at chunk starts
@@ -510,7 +510,7 @@ class ChunkGSAFunction(torch.autograd.Function):
     @compiles_ahead
     def backward(ctx, do, dhkt, dhvt):
         q, k, v, s, g, p, zm, weights_v, hk0, hv0 = ctx.saved_tensors
-        need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
+        need_g = ctx.needs_input_grad[4]
         scale = ctx.scale
         L = _Launch(q, v, s)
         f32 = dict(dtype=torch.float32, device=q.device)
@@ -554,17 +554,10 @@ class ChunkGSAFunction(torch.autograd.Function):
             bound = parts.view(L.B, L.H, L.NT, NC, L.M).sum(3)
             dg = chunk_gate_grad(y, torch.ones_like(y), s, dsm, bound, BT, q_reads_current=True,
                                  out_dtype=store_dtype(g.dtype)).to(g.dtype)
-        return (
-            dq.to(q.dtype) if need_q else None,
-            dk.to(k.dtype) if need_k else None,
-            dv.to(v.dtype) if need_v else None,
-            ds.to(s.dtype) if need_s else None,
-            dg,
-            None,
-            dhk0.transpose(-1, -2).contiguous().to(hk0.dtype) if need_hk0 and use_h0 else None,
-            dhv0.to(hv0.dtype) if need_hv0 and use_h0 else None,
-            None,
-        )
+        if dhk0 is not None:
+            dhk0 = dhk0.transpose(-1, -2).contiguous()
+        h0_dtypes = (hk0.dtype, hv0.dtype) if use_h0 else None
+        return gsa_grads(ctx, (q, k, v, s), (dq, dk, dv, ds), dg, (dhk0, dhv0), h0_dtypes)
 
 
 def chunk_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):

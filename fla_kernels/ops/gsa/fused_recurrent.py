@@ -39,7 +39,9 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common import chunk_gate_grad
+from fla_kernels.ops.common.autograd import cast, needed
 from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
 from fla_kernels.precision import store_dtype
 from fla_kernels.utils import check_inputs
 
@@ -54,6 +56,39 @@ def _softmax(z, m_m):
     return e / tl.sum(e, axis=0)
 
 
+@triton.jit
+def _slot_blocks(i_v, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BK: tl.constexpr,
+                 BV: tl.constexpr, BM: tl.constexpr):
+    """(o_k, o_m, o_v, m_k, m_m, m_v) of a program holding all of K and M and the V-block i_v:
+    its columns and their masks."""
+    o_k = tl.arange(0, BK)
+    o_m = tl.arange(0, BM)
+    o_v = i_v * BV + tl.arange(0, BV)
+    return o_k, o_m, o_v, o_k < K, o_m < M, o_v < V
+
+
+@triton.jit
+def _initial_states(hk0, hv0, i_bh, i_v, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+                    BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr, USE_HK: tl.constexpr,
+                    USE_HV: tl.constexpr):
+    """(hk [BK, BM], hv [BM, BV]) float32 a walk starts from: hk0[b, h] ([B, H, K, M]) with USE_HK
+    and the V-block i_v of hv0[b, h] ([B, H, M, V]) with USE_HV, zeros otherwise."""
+    return (initial_block(hk0, i_bh, K, M, BK, BM, 0, 0, USE_HK, False),
+            initial_block(hv0, i_bh, M, V, BM, BV, 0, i_v, USE_HV, False))
+
+
+@triton.jit
+def _token_inputs(q, k, v, s, g, token, scale, K: tl.constexpr, V: tl.constexpr,
+                  M: tl.constexpr, o_k, o_m, o_v, m_k, m_m, m_v):
+    """(scale q, k, v, s, exp(g)) float32 of the token at the flat index (b * T + t) * H + h."""
+    b_q = tl.load(q + token * K + o_k, mask=m_k, other=0).to(tl.float32) * scale
+    b_k = tl.load(k + token * K + o_k, mask=m_k, other=0).to(tl.float32)
+    b_v = tl.load(v + token * V + o_v, mask=m_v, other=0).to(tl.float32)
+    b_s = tl.load(s + token * M + o_m, mask=m_m, other=0).to(tl.float32)
+    b_d = tl.exp(tl.load(g + token * M + o_m, mask=m_m, other=0).to(tl.float32))
+    return b_q, b_k, b_v, b_s, b_d
+
+
 @triton.jit(do_not_specialize=["T"])
 def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, scale, T, H: tl.constexpr, K: tl.constexpr,
                 V: tl.constexpr, M: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
@@ -61,47 +96,22 @@ def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, scale, T, H: tl.constexpr,
     """o [B, T, H, V] in o's dtype; hkt [B, H, K, M], hvt [B, H, M, V] float32 when STORE_HT."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
-    o_k = tl.arange(0, BK)
-    o_m = tl.arange(0, BM)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k, m_m, m_v = o_k < K, o_m < M, o_v < V
-    m_km = m_k[:, None] & m_m[None, :]
-    m_mv = m_m[:, None] & m_v[None, :]
-    o_km = i_bh * K * M + o_k[:, None] * M + o_m[None, :]
-    o_mv = i_bh * M * V + o_m[:, None] * V + o_v[None, :]
-
-    p_q = q + (i_b * T * H + i_h) * K + o_k
-    p_k = k + (i_b * T * H + i_h) * K + o_k
-    p_v = v + (i_b * T * H + i_h) * V + o_v
-    p_s = s + (i_b * T * H + i_h) * M + o_m
-    p_g = g + (i_b * T * H + i_h) * M + o_m
-    p_o = o + (i_b * T * H + i_h) * V + o_v
-    b_hk = tl.zeros([BK, BM], dtype=tl.float32)
-    b_hv = tl.zeros([BM, BV], dtype=tl.float32)
-    if USE_H0:
-        b_hk += tl.load(hk0 + o_km, mask=m_km, other=0).to(tl.float32)
-        b_hv += tl.load(hv0 + o_mv, mask=m_mv, other=0).to(tl.float32)
-    for _ in range(T):
-        b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
-        b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
-        b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
-        b_s = tl.load(p_s, mask=m_m, other=0).to(tl.float32)
-        b_d = tl.exp(tl.load(p_g, mask=m_m, other=0).to(tl.float32))
+    o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(i_v, K, V, M, BK, BV, BM)
+    b_hk, b_hv = _initial_states(hk0, hv0, i_bh, i_v, K, V, M, BK, BV, BM, USE_H0, USE_H0)
+    for t in range(T):
+        token = (i_b * T + t) * H + i_h
+        b_q, b_k, b_v, b_s, b_d = _token_inputs(q, k, v, s, g, token, scale, K, V, M, o_k, o_m, o_v,
+                                                m_k, m_m, m_v)
         b_hk = b_hk * b_d[None, :] + b_k[:, None] * b_s[None, :]
         b_hv = b_hv * b_d[:, None] + b_s[:, None] * b_v[None, :]
         b_p = _softmax(tl.sum(b_q[:, None] * b_hk, axis=0), m_m)
         b_o = tl.sum(b_p[:, None] * b_hv, axis=0)
-        tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=m_v)
-        p_q += H * K
-        p_k += H * K
-        p_v += H * V
-        p_s += H * M
-        p_g += H * M
-        p_o += H * V
+        tl.store(o + token * V + o_v, b_o.to(o.dtype.element_ty), mask=m_v)
     if STORE_HT:
         # only the first V-block writes hk (a scalar bool and'ed with a block mask trips the interpreter)
-        tl.store(hkt + o_km, b_hk, mask=m_k[:, None] & (o_m[None, :] < tl.where(i_v == 0, M, 0)))
-        tl.store(hvt + o_mv, b_hv, mask=m_mv)
+        tl.store(hkt + i_bh * K * M + o_k[:, None] * M + o_m[None, :], b_hk,
+                 mask=m_k[:, None] & (o_m[None, :] < tl.where(i_v == 0, M, 0)))
+        store_state(hvt, i_bh, b_hv, M, V, BM, BV, 0, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -114,40 +124,16 @@ def _bwd_fwd_kernel(q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, 
     stk [B, H, NT, K, M] and stv [B, H, NT, M, V], float32 (see the module docstring)."""
     i_bh = tl.program_id(0).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
-    o_k = tl.arange(0, BK)
-    o_m = tl.arange(0, BM)
-    o_v = tl.arange(0, BV)
-    m_k, m_m, m_v = o_k < K, o_m < M, o_v < V
-    m_km = m_k[:, None] & m_m[None, :]
-    m_mv = m_m[:, None] & m_v[None, :]
-    o_km = o_k[:, None] * M + o_m[None, :]
-    o_mv = o_m[:, None] * V + o_v[None, :]
-
-    p_q = q + (i_b * T * H + i_h) * K + o_k
-    p_k = k + (i_b * T * H + i_h) * K + o_k
-    p_dq = dq + (i_b * T * H + i_h) * K + o_k
-    p_v = v + (i_b * T * H + i_h) * V + o_v
-    p_do = do + (i_b * T * H + i_h) * V + o_v
-    p_s = s + (i_b * T * H + i_h) * M + o_m
-    p_g = g + (i_b * T * H + i_h) * M + o_m
-    p_p = p + (i_b * T * H + i_h) * M + o_m
-    p_dz = dz + (i_b * T * H + i_h) * M + o_m
-    p_y = y + (i_b * T * H + i_h) * M + o_m
-    b_hk = tl.zeros([BK, BM], dtype=tl.float32)
-    b_hv = tl.zeros([BM, BV], dtype=tl.float32)
-    if USE_H0:
-        b_hk += tl.load(hk0 + i_bh * K * M + o_km, mask=m_km, other=0).to(tl.float32)
-        b_hv += tl.load(hv0 + i_bh * M * V + o_mv, mask=m_mv, other=0).to(tl.float32)
+    o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(0, K, V, M, BK, BV, BM)
+    b_hk, b_hv = _initial_states(hk0, hv0, i_bh, 0, K, V, M, BK, BV, BM, USE_H0, USE_H0)
     for i_c in range(NT):
         b_hkm = b_hk
         b_hvm = b_hv
-        for _ in range(tl.minimum(T - i_c * BT, BT)):
-            b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
-            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
-            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
-            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
-            b_s = tl.load(p_s, mask=m_m, other=0).to(tl.float32)
-            b_d = tl.exp(tl.load(p_g, mask=m_m, other=0).to(tl.float32))
+        for j in range(tl.minimum(T - i_c * BT, BT)):
+            token = (i_b * T + i_c * BT + j) * H + i_h
+            b_q, b_k, b_v, b_s, b_d = _token_inputs(q, k, v, s, g, token, scale, K, V, M, o_k, o_m,
+                                                    o_v, m_k, m_m, m_v)
+            b_do = tl.load(do + token * V + o_v, mask=m_v, other=0).to(tl.float32)
             b_hkm = b_hk * b_d[None, :]
             b_hvm = b_hv * b_d[:, None]
             b_hk = b_hkm + b_k[:, None] * b_s[None, :]
@@ -156,26 +142,16 @@ def _bwd_fwd_kernel(q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, 
             b_dp = tl.sum(b_hv * b_do[None, :], axis=1)
             b_dz = b_p * (b_dp - tl.sum(b_p * b_dp, axis=0))
             b_dq = tl.sum(b_hk * b_dz[None, :], axis=1) * scale
-            tl.store(p_dq, b_dq.to(p_dq.dtype.element_ty), mask=m_k)
-            tl.store(p_p, b_p, mask=m_m)
-            tl.store(p_dz, b_dz, mask=m_m)
+            tl.store(dq + token * K + o_k, b_dq.to(dq.dtype.element_ty), mask=m_k)
+            tl.store(p + token * M + o_m, b_p, mask=m_m)
+            tl.store(dz + token * M + o_m, b_dz, mask=m_m)
             if NEED_DG:
                 b_y = (b_dz * tl.sum(b_q[:, None] * b_hkm, axis=0)
                        + b_p * tl.sum(b_hvm * b_do[None, :], axis=1))
-                tl.store(p_y, b_y, mask=m_m)
-            p_q += H * K
-            p_k += H * K
-            p_dq += H * K
-            p_v += H * V
-            p_do += H * V
-            p_s += H * M
-            p_g += H * M
-            p_p += H * M
-            p_dz += H * M
-            p_y += H * M
+                tl.store(y + token * M + o_m, b_y, mask=m_m)
         if NEED_DG:
-            tl.store(stk + (i_bh * NT + i_c) * K * M + o_km, b_hkm, mask=m_km)
-            tl.store(stv + (i_bh * NT + i_c) * M * V + o_mv, b_hvm, mask=m_mv)
+            store_state(stk, i_bh * NT + i_c, b_hkm, K, M, BK, BM, 0, 0, False)
+            store_state(stv, i_bh * NT + i_c, b_hvm, M, V, BM, BV, 0, 0, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -189,79 +165,42 @@ def _bwd_rev_kernel(q, k, v, s, g, do, p, dz, dhkt, dhvt, stk, stv, dk, dv, ds, 
     boundary' [B, H, NT, M], float32 (see the module docstring)."""
     i_bh = tl.program_id(0).to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
-    o_k = tl.arange(0, BK)
-    o_m = tl.arange(0, BM)
-    o_v = tl.arange(0, BV)
-    m_k, m_m, m_v = o_k < K, o_m < M, o_v < V
-    m_km = m_k[:, None] & m_m[None, :]
-    m_mv = m_m[:, None] & m_v[None, :]
-    o_km = o_k[:, None] * M + o_m[None, :]
-    o_mv = o_m[:, None] * V + o_v[None, :]
-
-    last = (i_b * T + T - 1) * H + i_h  # the last token of this sequence
-    p_q = q + last * K + o_k
-    p_k = k + last * K + o_k
-    p_dk = dk + last * K + o_k
-    p_v = v + last * V + o_v
-    p_do = do + last * V + o_v
-    p_dv = dv + last * V + o_v
-    p_s = s + last * M + o_m
-    p_g = g + last * M + o_m
-    p_p = p + last * M + o_m
-    p_dz = dz + last * M + o_m
-    p_ds = ds + last * M + o_m
-    p_dsm = dsm + last * M + o_m
-    b_dhk = tl.zeros([BK, BM], dtype=tl.float32)
-    b_dhv = tl.zeros([BM, BV], dtype=tl.float32)
-    if USE_DHKT:
-        b_dhk += tl.load(dhkt + i_bh * K * M + o_km, mask=m_km, other=0).to(tl.float32)
-    if USE_DHVT:
-        b_dhv += tl.load(dhvt + i_bh * M * V + o_mv, mask=m_mv, other=0).to(tl.float32)
+    o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(0, K, V, M, BK, BV, BM)
+    b_dhk, b_dhv = _initial_states(dhkt, dhvt, i_bh, 0, K, V, M, BK, BV, BM, USE_DHKT, USE_DHVT)
     for i in range(NT):
         i_c = NT - 1 - i
         if NEED_DG:
-            b_sk = tl.load(stk + (i_bh * NT + i_c) * K * M + o_km, mask=m_km, other=0)
-            b_sv = tl.load(stv + (i_bh * NT + i_c) * M * V + o_mv, mask=m_mv, other=0)
+            b_sk = load_state(stk, i_bh * NT + i_c, K, M, BK, BM, 0, 0, False)
+            b_sv = load_state(stv, i_bh * NT + i_c, M, V, BM, BV, 0, 0, False)
             b_bound = tl.sum(b_sk * b_dhk, axis=0) + tl.sum(b_sv * b_dhv, axis=1)
             tl.store(bound + (i_bh * NT + i_c) * M + o_m, b_bound, mask=m_m)
         n = tl.minimum(T - i_c * BT, BT)
         for j in range(n):
-            b_q = tl.load(p_q, mask=m_k, other=0).to(tl.float32) * scale
-            b_k = tl.load(p_k, mask=m_k, other=0).to(tl.float32)
-            b_v = tl.load(p_v, mask=m_v, other=0).to(tl.float32)
-            b_do = tl.load(p_do, mask=m_v, other=0).to(tl.float32)
-            b_s = tl.load(p_s, mask=m_m, other=0).to(tl.float32)
-            b_d = tl.exp(tl.load(p_g, mask=m_m, other=0).to(tl.float32))
-            b_p = tl.load(p_p, mask=m_m, other=0)
-            b_dz = tl.load(p_dz, mask=m_m, other=0)
+            # the chunk's rows from its last (j = 0) back to its first
+            token = (i_b * T + i_c * BT + n - 1 - j) * H + i_h
+            b_q, b_k, b_v, b_s, b_d = _token_inputs(q, k, v, s, g, token, scale, K, V, M, o_k, o_m,
+                                                    o_v, m_k, m_m, m_v)
+            b_do = tl.load(do + token * V + o_v, mask=m_v, other=0).to(tl.float32)
+            b_p = tl.load(p + token * M + o_m, mask=m_m, other=0)
+            b_dz = tl.load(dz + token * M + o_m, mask=m_m, other=0)
             # ds less this step's readouts, from the gradients carried in from step t + 1
             b_dsm = tl.sum(b_k[:, None] * b_dhk, axis=0) + tl.sum(b_dhv * b_v[None, :], axis=1)
             if NEED_DG:
                 # the chunk's last row is left out (its own path into the leaving state is gate-free)
-                tl.store(p_dsm, b_dsm * tl.where(j == 0, 0.0, 1.0), mask=m_m)
+                tl.store(dsm + token * M + o_m, b_dsm * tl.where(j == 0, 0.0, 1.0), mask=m_m)
             b_ds = b_dsm + tl.sum(b_q * b_k, axis=0) * b_dz + tl.sum(b_v * b_do, axis=0) * b_p
-            tl.store(p_ds, b_ds.to(p_ds.dtype.element_ty), mask=m_m)
+            tl.store(ds + token * M + o_m, b_ds.to(ds.dtype.element_ty), mask=m_m)
             b_dhk += b_q[:, None] * b_dz[None, :]
             b_dhv += b_p[:, None] * b_do[None, :]
-            tl.store(p_dk, tl.sum(b_dhk * b_s[None, :], axis=1).to(p_dk.dtype.element_ty), mask=m_k)
-            tl.store(p_dv, tl.sum(b_dhv * b_s[:, None], axis=0).to(p_dv.dtype.element_ty), mask=m_v)
+            tl.store(dk + token * K + o_k, tl.sum(b_dhk * b_s[None, :], axis=1).to(dk.dtype.element_ty),
+                     mask=m_k)
+            tl.store(dv + token * V + o_v, tl.sum(b_dhv * b_s[:, None], axis=0).to(dv.dtype.element_ty),
+                     mask=m_v)
             b_dhk = b_dhk * b_d[None, :]
             b_dhv = b_dhv * b_d[:, None]
-            p_q -= H * K
-            p_k -= H * K
-            p_dk -= H * K
-            p_v -= H * V
-            p_do -= H * V
-            p_dv -= H * V
-            p_s -= H * M
-            p_g -= H * M
-            p_p -= H * M
-            p_dz -= H * M
-            p_ds -= H * M
-            p_dsm -= H * M
     if STORE_DH0:
-        tl.store(dhk0 + i_bh * K * M + o_km, b_dhk, mask=m_km)
-        tl.store(dhv0 + i_bh * M * V + o_mv, b_dhv, mask=m_mv)
+        store_state(dhk0, i_bh, b_dhk, K, M, BK, BM, 0, 0, False)
+        store_state(dhv0, i_bh, b_dhv, M, V, BM, BV, 0, 0, False)
 
 
 def _pow2(n):
@@ -303,7 +242,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
     @compiles_ahead
     def backward(ctx, do, dhkt, dhvt):
         q, k, v, s, g, hk0, hv0 = ctx.saved_tensors
-        need_q, need_k, need_v, need_s, need_g, _, need_hk0, need_hv0, _ = ctx.needs_input_grad
+        need_g, need_hk0, need_hv0 = (ctx.needs_input_grad[i] for i in (4, 6, 7))
         scale = ctx.scale
         B, T, H, K = q.shape
         V, M = v.shape[-1], s.shape[-1]
@@ -343,17 +282,16 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         if need_g:
             dg = chunk_gate_grad(y, torch.ones_like(y), s, dsm, bound, CHUNK, q_reads_current=True,
                                  out_dtype=store_dtype(g.dtype)).to(g.dtype)
-        return (
-            dq.to(q.dtype) if need_q else None,
-            dk.to(k.dtype) if need_k else None,
-            dv.to(v.dtype) if need_v else None,
-            ds.to(s.dtype) if need_s else None,
-            dg,
-            None,
-            dhk0.to(ctx.h0_dtypes[0]) if need_hk0 and use_h0 else None,
-            dhv0.to(ctx.h0_dtypes[1]) if need_hv0 and use_h0 else None,
-            None,
-        )
+        return gsa_grads(ctx, (q, k, v, s), (dq, dk, dv, ds), dg, (dhk0, dhv0), ctx.h0_dtypes)
+
+
+def gsa_grads(ctx, inputs, grads, dg, dh0, h0_dtypes):
+    """What a GSA Function's backward returns: the gradients of (q, k, v, s) in their inputs'
+    dtypes, dg, and those of (hk0, hv0) in h0_dtypes (None without an initial state), each None
+    where autograd needs none."""
+    dq, dk, dv, ds = (x.to(t.dtype) for x, t in zip(grads, inputs))
+    dhk0, dhv0 = (None, None) if h0_dtypes is None else (cast(x, d) for x, d in zip(dh0, h0_dtypes))
+    return needed(ctx, dq, dk, dv, ds, dg, None, dhk0, dhv0, None)
 
 
 def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):

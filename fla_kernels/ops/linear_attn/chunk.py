@@ -6,7 +6,8 @@ each chunk from ops/common/chunk_state.py without decay.
 """
 from __future__ import annotations
 
-from fla_kernels.ops.simple_gla.chunk import ChunkSimpleGLAFunction, prepare
+from fla_kernels.ops.common.autograd import apply_checked
+from fla_kernels.ops.simple_gla.chunk import SIMPLE_GLA_LAYOUTS, ChunkSimpleGLAFunction
 
 
 def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False):
@@ -17,7 +18,6 @@ def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_stat
     K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v and
     initial_state.
     """
-    q, k, v, _, h0 = prepare("chunk_linear_attn", q, k, v, None, initial_state)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    o, ht = ChunkSimpleGLAFunction.apply(q, k, v, None, scale, h0, bool(output_final_state))
-    return o, ht
+    return apply_checked(ChunkSimpleGLAFunction, "chunk_linear_attn", dict(q=q, k=k, v=v, g=None),
+                         SIMPLE_GLA_LAYOUTS, scale, initial_state, output_final_state,
+                         optional=("g",))

@@ -25,12 +25,12 @@ import torch
 import triton
 import triton.language as tl
 
+from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
 from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_rows_t,
                                           store_rows, store_state)
-from fla_kernels.ops.simple_gla.chunk import prepare
 from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
@@ -143,9 +143,7 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
             q, k, v, initial_state, o, ht, scale, L.T, L.NT, L.B, L.H, L.K, L.V, BT=BT, BK=L.BK,
             BV=L.BV, USE_H0=initial_state is not None, STORE_HT=output_final_state, num_warps=L.num_warps,
             **L.dots)
-        ctx.save_for_backward(q, k, v, initial_state)
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
+        save_context(ctx, scale, output_final_state, q, k, v, initial_state)
         ctx.set_materialize_grads(False)
         return sum_parts(o, v.dtype), ht
 
@@ -154,8 +152,7 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
     def backward(ctx, do, dht):
         q, k, v, initial_state = ctx.saved_tensors
         L = _Launch(q, v)
-        do = torch.zeros_like(v) if do is None else do.contiguous()
-        dht = dht.to(torch.float32).contiguous() if (dht is not None and ctx.output_final_state) else None
+        do, dht = upstream(ctx, v, do, dht)
         f32 = dict(dtype=torch.float32, device=q.device)
         dq = torch.empty(L.NV, *q.shape, **f32)
         dk = torch.empty(L.NV, *k.shape, **f32)
@@ -166,9 +163,8 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
             q, k, v, do, initial_state, dht, dq, dk, dv, dh0, ctx.scale, L.T, L.NT, L.B, L.H, L.K, L.V,
             BT=BT, BK=L.BK, BV=L.BV, USE_H0=initial_state is not None, USE_DHT=dht is not None,
             STORE_DH0=need_h0, num_warps=L.num_warps, **L.dots)
-        grads = (sum_parts(dq, q.dtype), sum_parts(dk, k.dtype), sum_parts(dv, v.dtype), None,
-                 None if dh0 is None else dh0.to(initial_state.dtype), None)
-        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
+        grads = (sum_parts(dq, q.dtype), sum_parts(dk, k.dtype), sum_parts(dv, v.dtype))
+        return input_grads(ctx, grads, dh0, initial_state)
 
 
 def fused_chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False):
@@ -179,6 +175,6 @@ def fused_chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_fina
     K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v and
     initial_state.
     """
-    q, k, v, _, h0 = prepare("fused_chunk_linear_attn", q, k, v, None, initial_state)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return FusedChunkLinearAttnFunction.apply(q, k, v, scale, h0, bool(output_final_state))
+    return apply_checked(FusedChunkLinearAttnFunction, "fused_chunk_linear_attn",
+                         dict(q=q, k=k, v=v), dict(q="BTHK", k="BTHK", v="BTHV"), scale,
+                         initial_state, output_final_state)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
 from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
 from fla_kernels.ops.common.launch import compiles_ahead
-from fla_kernels.utils import check_inputs
 
 
 def _forward(r, k, v, w, u, scale, initial_state):
@@ -36,27 +36,16 @@ class ChunkRWKV6Function(torch.autograd.Function):
     def forward(ctx, r, k, v, w, u, scale, initial_state, output_final_state):
         o, final_state, A = _forward(r, k, v, w, u, scale, initial_state)
         final_state = final_state if output_final_state else None
-        ctx.save_for_backward(r, k, v, w, u, initial_state, A)
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
+        save_context(ctx, scale, output_final_state, r, k, v, w, u, initial_state, A)
         return o, final_state
 
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
         r, k, v, w, u, initial_state, A = ctx.saved_tensors
-        if do is None:
-            do = torch.zeros_like(v)
-        do = do.contiguous()
-        if dht is not None and ctx.output_final_state:
-            dht = dht.contiguous()
-        else:
-            dht = None
+        do, dht = upstream(ctx, v, do, dht)
         dr, dk, dv, dw, du, dh0 = _backward(r, k, v, w, u, ctx.scale, initial_state, do, dht, A)
-        if dh0 is not None:
-            dh0 = dh0.to(initial_state.dtype)
-        grads = (dr, dk, dv, dw, du, None, dh0, None)
-        return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad))
+        return input_grads(ctx, (dr, dk, dv, dw, du), dh0, initial_state)
 
 
 def chunk_rwkv6(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False):
@@ -66,11 +55,6 @@ def chunk_rwkv6(r, k, v, w, u, scale=None, initial_state=None, output_final_stat
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
     Differentiable in r, k, v, w, u and initial_state.
     """
-    K = check_inputs("chunk_rwkv6", dict(r=r, k=k, v=v, w=w, u=u),
-                     dict(r="BTHK", k="BTHK", v="BTHV", w="BTHK", u="HK"),
-                     initial_state=initial_state)["K"]
-    scale = K ** -0.5 if scale is None else float(scale)
-    r, k, v, w, u = (x.contiguous() for x in (r, k, v, w, u))
-    if initial_state is not None:
-        initial_state = initial_state.contiguous()
-    return ChunkRWKV6Function.apply(r, k, v, w, u, scale, initial_state, bool(output_final_state))
+    return apply_checked(ChunkRWKV6Function, "chunk_rwkv6", dict(r=r, k=k, v=v, w=w, u=u),
+                         dict(r="BTHK", k="BTHK", v="BTHV", w="BTHK", u="HK"), scale,
+                         initial_state, output_final_state)

@@ -47,16 +47,19 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.chunk_state import chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos
+from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
+from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
+                                                through_states)
 from fla_kernels.ops.common.dot import mma, mma_tf32_split
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch, tuned_blocks
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (diagonal, head_program, load_rows, load_rows_t,
                                           load_state, store_rows)
 from fla_kernels.precision import product_settings, store_dtype
-from fla_kernels.utils import check_inputs
 
 BT = 64  # tokens per chunk
+# the inputs' dimensions (`check_inputs`); g may be None, and linear attention passes it as None
+SIMPLE_GLA_LAYOUTS = dict(q="BTHK", k="BTHK", v="BTHV", g="BTH")
 
 
 # ----------------------------------------------------------------------------- gates
@@ -165,18 +168,17 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     b_carried = tl.zeros([BK], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
-        b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
-        b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
+        b_do, b_v, b_dq_v, b_dk_v, b_carried_v = through_states(
+            do, v, states, dh, base_v, i_bh * NT + i_c, c0, T, H, K, V, BT, BK, BV, i_k, i_v,
+            FP32_DOT, STATE_DTYPE)
         b_dot = load_rows_t(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
-        b_ht = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
-        b_dht = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, True)
         b_dA += mma(b_do, b_vt, FP32_DOT, INPUT_DTYPE)
         b_dAt += mma(b_v, b_dot, FP32_DOT, INPUT_DTYPE)
-        b_dq += mma(b_do, b_ht, FP32_DOT, STATE_DTYPE)
-        b_dk += mma(b_v, b_dht, FP32_DOT, STATE_DTYPE)
+        b_dq += b_dq_v
+        b_dk += b_dk_v
         if USE_G:
-            b_carried += tl.sum(b_ht * b_dht, axis=0)
+            b_carried += b_carried_v
     strict = o_i[:, None] > o_i[None, :]
     strict_t = o_i[:, None] < o_i[None, :]
     # the diagonal carries no gate (exp(0) = 1) and is added apart; dA, dA^T keep j < i only
@@ -309,9 +311,7 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, final_state = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state)
         final_state = final_state if output_final_state else None
-        ctx.save_for_backward(q, k, v, g, initial_state)
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
+        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state)
         ctx.set_materialize_grads(False)
         return o, final_state
 
@@ -319,24 +319,9 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
     @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, initial_state = ctx.saved_tensors
-        do = torch.zeros_like(v) if do is None else do.contiguous()
-        dht = dht.to(torch.float32).contiguous() if (dht is not None and ctx.output_final_state) else None
+        do, dht = upstream(ctx, v, do, dht)
         dq, dk, dv, dg, dh0 = chunk_simple_gla_bwd(q, k, v, g, ctx.scale, initial_state, do, dht)
-        if dh0 is not None:
-            dh0 = dh0.to(initial_state.dtype)
-        grads = (dq, dk, dv, dg, None, dh0, None)
-        return tuple(x if need else None for x, need in zip(grads, ctx.needs_input_grad))
-
-
-def prepare(op, q, k, v, g, initial_state):
-    """Check the arguments (ValueError before any launch; g [B, T, H] or None) and make the
-    tensors contiguous."""
-    check_inputs(op, dict(q=q, k=k, v=v, g=g), dict(q="BTHK", k="BTHK", v="BTHV", g="BTH"),
-                 optional=("g",), initial_state=initial_state)
-    q, k, v = (x.contiguous() for x in (q, k, v))
-    g = None if g is None else g.contiguous()
-    h0 = None if initial_state is None else initial_state.contiguous()
-    return q, k, v, g, h0
+        return input_grads(ctx, (dq, dk, dv, dg), dh0, initial_state)
 
 
 def chunk_simple_gla(q, k, v, g=None, scale=None, initial_state=None, output_final_state=False):
@@ -348,6 +333,6 @@ def chunk_simple_gla(q, k, v, g=None, scale=None, initial_state=None, output_fin
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in
     q, k, v, g and initial_state.
     """
-    q, k, v, g, h0 = prepare("chunk_simple_gla", q, k, v, g, initial_state)
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return ChunkSimpleGLAFunction.apply(q, k, v, g, scale, h0, bool(output_final_state))
+    return apply_checked(ChunkSimpleGLAFunction, "chunk_simple_gla", dict(q=q, k=k, v=v, g=g),
+                         SIMPLE_GLA_LAYOUTS, scale, initial_state, output_final_state,
+                         optional=("g",))

@@ -6,6 +6,7 @@ A thin public function on the shared kernels of fla_kernels/ops/common/fused_rec
 from __future__ import annotations
 
 from fla_kernels.ops.common.fused_recurrent import fused_recurrent
+from fla_kernels.ops.simple_gla.chunk import SIMPLE_GLA_LAYOUTS
 from fla_kernels.utils import check_inputs
 
 
@@ -18,7 +19,6 @@ def fused_recurrent_simple_gla(q, k, v, g=None, scale=None, initial_state=None, 
     defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, final state
     [B, H, K, V] float32 or None); differentiable in every tensor.
     """
-    check_inputs("fused_recurrent_simple_gla", dict(q=q, k=k, v=v, g=g),
-                 dict(q="BTHK", k="BTHK", v="BTHV", g="BTH"), optional=("g",),
-                 initial_state=initial_state)
+    check_inputs("fused_recurrent_simple_gla", dict(q=q, k=k, v=v, g=g), SIMPLE_GLA_LAYOUTS,
+                 optional=("g",), initial_state=initial_state)
     return fused_recurrent(q, k, v, g, scale, initial_state, output_final_state)
