@@ -49,6 +49,7 @@ RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/
     ("fla_kernels/ops/gone.py", EVERY_OP),
     ("fla_kernels/ops/gla/notes.txt", EVERY_OP),
     ("references/gla.py", ["gla"]),
+    ("references/chunk_gated.py", ["gla", "rwkv6"]),
     ("references/simple_gla.py", ["linear_attn", "simple_gla"]),
     ("references/common.py", EVERY_OP),
     ("harness/tolerance.py", EVERY_OP),
