@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from references.common import chunked_scan, map_chunk_groups, pad_time, round_to, work_dtype_of
+from references.common import (chunk_inputs, chunked_scan, chunks_to_time, default_scale, map_chunk_groups,
+                               recurrent_loop, start_state)
 
 
 def _split_state(initial_state):
@@ -26,19 +27,20 @@ def gsa_recurrent(q, k, v, s, g, scale=None, initial_state=None, output_final_st
     """Token-by-token loop in the inputs' dtype; autograd through it is linear in T."""
     B, T, H, K = q.shape
     V, M = v.shape[-1], s.shape[-1]
-    scale = K ** -0.5 if scale is None else scale
+    scale = default_scale(K, scale)
     hk0, hv0 = _split_state(initial_state)
-    hk = q.new_zeros(B, H, K, M) if hk0 is None else hk0.to(q.dtype)
-    hv = q.new_zeros(B, H, M, V) if hv0 is None else hv0.to(q.dtype)
-    outputs = []
-    for q_t, k_t, v_t, s_t, g_t in zip(q.unbind(1), k.unbind(1), v.unbind(1), s.unbind(1), g.unbind(1)):
+    states = (start_state(hk0, q, (B, H, K, M)), start_state(hv0, q, (B, H, M, V)))
+
+    def step(states, q_t, k_t, v_t, s_t, g_t):
+        hk, hv = states
         decay = torch.exp(g_t)                                         # [B, H, M]
         hk = hk * decay[..., None, :] + k_t[..., :, None] * s_t[..., None, :]
         hv = decay[..., :, None] * hv + s_t[..., :, None] * v_t[..., None, :]
         p = torch.softmax(scale * torch.einsum("bhk,bhkm->bhm", q_t, hk), dim=-1)
-        outputs.append(torch.einsum("bhm,bhmv->bhv", p, hv))
-    o = torch.stack(outputs, dim=1)
-    return o, ((hk, hv) if output_final_state else None)
+        return (hk, hv), torch.einsum("bhm,bhmv->bhv", p, hv)
+
+    o, states = recurrent_loop(step, states, q, k, v, s, g)
+    return o, (states if output_final_state else None)
 
 
 def gsa_chunked(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False,
@@ -56,15 +58,11 @@ def gsa_chunked(q, k, v, s, g, scale=None, initial_state=None, output_final_stat
     the carried states stay in the working dtype (float64 for float64 inputs, float32
     otherwise), as rwkv6_chunked does.
     """
-    B, T, H, K = q.shape
-    V, M = v.shape[-1], s.shape[-1]
-    scale = K ** -0.5 if scale is None else scale
-    out_dtype = q.dtype
-    wd = work_dtype_of(q.dtype)
-    rnd = (lambda x: round_to(x, operand_dtype)) if operand_dtype is not None else (lambda x: x)
-    C = chunk_size
+    T, out_dtype = q.shape[1], q.dtype
     # [B, H, N, C, D], zero-padded at the end: zero gates with zero k, s, v leave both states as they are.
-    q, k, v, s, g = (pad_time(x.to(wd), C) for x in (q, k, v, s, g))
+    scale, rnd, (q, k, v, s, g) = chunk_inputs((q, k, v, s, g), scale, chunk_size, operand_dtype)
+    B, H, N, C, K = q.shape
+    M = s.shape[-1]
     G = torch.cumsum(g, dim=-2)               # inclusive chunk-local cumulative log gate [.., C, M]
     G_last = G[..., -1:, :]                   # [B, H, N, 1, M]
     s_to_end = s * torch.exp(G_last - G)      # s_j carried to the chunk end
@@ -72,7 +70,7 @@ def gsa_chunked(q, k, v, s, g, scale=None, initial_state=None, output_final_stat
 
     # 1. scores: z_i = scale (exp(G_i) * (q_i hk_c) + sum_{j <= i} (q_i . k_j) s_j exp(G_i - G_j))
     inc_k = rnd(k).transpose(-1, -2) @ rnd(s_to_end)                       # [B, H, N, K, M]
-    starts_k, final_k = chunked_scan(torch.exp(G_last), inc_k, None if hk0 is None else hk0.to(wd))
+    starts_k, final_k = chunked_scan(torch.exp(G_last), inc_k, hk0)
     A_qk = rnd(q) @ rnd(k).transpose(-1, -2)                                # [B, H, N, C, C]
     z_intra = map_chunk_groups(lambda a, x, gg: _slot_mix(rnd(a), rnd(x), gg), A_qk, s, G,
                                elements_per_chunk=B * H * C * C * M)
@@ -81,12 +79,10 @@ def gsa_chunked(q, k, v, s, g, scale=None, initial_state=None, output_final_stat
 
     # 2. outputs: o_i = (p_i * exp(G_i)) hv_c + sum_{j <= i} A_ij v_j, A_ij = sum_m p_im s_jm exp(G_im - G_jm)
     inc_v = rnd(s_to_end).transpose(-1, -2) @ rnd(v)                       # [B, H, N, M, V]
-    starts_v, final_v = chunked_scan(torch.exp(G_last).transpose(-1, -2), inc_v,
-                                     None if hv0 is None else hv0.to(wd))
+    starts_v, final_v = chunked_scan(torch.exp(G_last).transpose(-1, -2), inc_v, hv0)
     A = map_chunk_groups(_intra_scores, p, s, G, elements_per_chunk=B * H * C * C * M)
     o = rnd(p * torch.exp(G)) @ rnd(starts_v) + rnd(A) @ rnd(v)
-    o = o.permute(0, 2, 3, 1, 4).reshape(B, -1, H, V)[:, :T]
-    return o.to(out_dtype), ((final_k, final_v) if output_final_state else None)
+    return chunks_to_time(o, T, out_dtype), ((final_k, final_v) if output_final_state else None)
 
 
 def _decay_weights(G):

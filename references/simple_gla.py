@@ -11,23 +11,22 @@ from __future__ import annotations
 
 import torch
 
-from references.common import chunked_scan, pad_time, round_to, work_dtype_of
+from references.common import (chunk_inputs, chunked_scan, chunks_to_time, default_scale, pad_time,
+                               recurrent_loop, start_state)
 
 
 def simple_gla_recurrent(q, k, v, g=None, scale=None, initial_state=None, output_final_state=False):
     """Token-by-token loop in the inputs' dtype; autograd through it is linear in T."""
     B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K ** -0.5 if scale is None else scale
-    state = q.new_zeros(B, H, K, V) if initial_state is None else initial_state.to(q.dtype)
-    gates = [None] * T if g is None else g.unbind(1)
-    outputs = []
-    for q_t, k_t, v_t, g_t in zip(q.unbind(1), k.unbind(1), v.unbind(1), gates):
+    scale = default_scale(K, scale)
+
+    def step(state, q_t, k_t, v_t, g_t):
         if g_t is not None:
             state = torch.exp(g_t)[..., None, None] * state
         state = state + k_t[..., :, None] * v_t[..., None, :]
-        outputs.append(scale * torch.einsum("bhk,bhkv->bhv", q_t, state))
-    o = torch.stack(outputs, dim=1)
+        return state, scale * torch.einsum("bhk,bhkv->bhv", q_t, state)
+
+    o, state = recurrent_loop(step, start_state(initial_state, q, (B, H, K, v.shape[-1])), q, k, v, g)
     return o, (state if output_final_state else None)
 
 
@@ -41,28 +40,20 @@ def simple_gla_chunked(q, k, v, g=None, scale=None, initial_state=None, output_f
     Only differences G_i - G_j with i >= j (<= 0) are exponentiated; the others
     are masked before the exponential, so strong decay stays finite.
     `operand_dtype` rounds the operands of every matrix product to that dtype
-    (bf16 / fp16) while gates, exponentials, accumulations and the carried
-    state stay in the working dtype (float64 for float64 inputs, float32
-    otherwise): the arithmetic of a straightforward production kernel.
+    while the rest stays in the working dtype (`references.common.chunk_inputs`).
     """
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    scale = K ** -0.5 if scale is None else scale
-    out_dtype = q.dtype
-    wd = work_dtype_of(q.dtype)
-    rnd = (lambda x: round_to(x, operand_dtype)) if operand_dtype is not None else (lambda x: x)
-    C = chunk_size
-    q, k, v = (pad_time(x.to(wd), C) for x in (q, k, v))          # [B, H, N, C, D]
-    N = q.shape[2]
+    T, out_dtype = q.shape[1], q.dtype
+    scale, rnd, (q, k, v) = chunk_inputs((q, k, v), scale, chunk_size, operand_dtype)
+    B, H, N, C, K = q.shape
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     scores = rnd(q) @ rnd(k).transpose(-1, -2)                      # [B, H, N, C, C]
     if g is None:
         A = scores.masked_fill(~causal, 0.0)
         k_to_end, q_from_start = k, q
-        decays = torch.ones(B, H, N, 1, 1, dtype=wd, device=q.device)
+        decays = torch.ones(B, H, N, 1, 1, dtype=q.dtype, device=q.device)
     else:
         # zero gates past T leave the state as is
-        G = torch.cumsum(pad_time(g.to(wd)[..., None], C)[..., 0], dim=-1)    # [B, H, N, C]
+        G = torch.cumsum(pad_time(g.to(q.dtype)[..., None], C)[..., 0], dim=-1)    # [B, H, N, C]
         diff = (G[..., :, None] - G[..., None, :]).masked_fill(~causal, float("-inf"))
         A = scores * torch.exp(diff)
         G_last = G[..., -1:]
@@ -70,8 +61,6 @@ def simple_gla_chunked(q, k, v, g=None, scale=None, initial_state=None, output_f
         q_from_start = q * torch.exp(G)[..., None]
         decays = torch.exp(G_last)[..., None]                      # [B, H, N, 1, 1]
     increments = rnd(k_to_end).transpose(-1, -2) @ rnd(v)          # [B, H, N, K, V]
-    h0 = None if initial_state is None else initial_state.to(wd)
-    starts, final = chunked_scan(decays, increments, h0)           # states entering each chunk
+    starts, final = chunked_scan(decays, increments, initial_state)   # states entering each chunk
     o = scale * (rnd(q_from_start) @ rnd(starts) + rnd(A) @ rnd(v))
-    o = o.permute(0, 2, 3, 1, 4).reshape(B, N * C, H, V)[:, :T]
-    return o.to(out_dtype), (final if output_final_state else None)
+    return chunks_to_time(o, T, out_dtype), (final if output_final_state else None)

@@ -11,23 +11,20 @@ GOOD = "chunk=tests.implementations:baseline_like"
 SMALL = ["--preset", "smoke", "--variant", "chunk", "--quiet"]
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["sweep", "--op", "nope"], "unknown op 'nope'"),
-    (["sweep", "--op", "rwkv6", "--dtype", "fp64"], "unknown dtype"),
-    (["sweep", "--op", "rwkv6", "--variant", "fused"], "unknown variant"),
-    (["sweep", "--op", "rwkv6", "--preset", "huge"], "unknown preset"),
-    (["sweep", "--op", "rwkv6", "--impl", "chunk=nomodule"], "VARIANT=module:function"),
-    (["sweep", "--op", "rwkv6", "--impl", "chunk"], "VARIANT=module:function"),
-    (["sweep", "--op", "rwkv6", "--impl", "other=a:b"], "does not have"),
-    (["sweep", "--op", "rwkv6", "--impl", "chunk=no_such_module_x:f"], "cannot import"),
-    (["sweep", "--op", "rwkv6", "--impl", "chunk=tests.implementations:nope"], "no function"),
-    (["sweep", "--op", "rwkv6", "--T", "0"], "positive"),
-    (["sweep", "--op", "rwkv6", "--T", "a"], "--T"),
-    (["sweep", "--op", "rwkv6", "--gate", "medium"], "unknown gate"),
-    (["sweep", "--op", "rwkv6", "--checks", "speed"], "unknown check 'speed'"),
-    (["sweep"], "--op"),
-    ([], "command"),
-])
+# what follows `sweep --op rwkv6` -> what the one-line error says
+BAD_SWEEP_OPTIONS = {
+    "--dtype fp64": "unknown dtype", "--variant fused": "unknown variant", "--preset huge": "unknown preset",
+    "--impl chunk=nomodule": "VARIANT=module:function", "--impl chunk": "VARIANT=module:function",
+    "--impl other=a:b": "does not have", "--impl chunk=no_such_module_x:f": "cannot import",
+    "--impl chunk=tests.implementations:nope": "no function", "--T 0": "positive", "--T a": "--T",
+    "--gate medium": "unknown gate", "--checks speed": "unknown check 'speed'",
+}
+USAGE_ERRORS = [("sweep --op nope", "unknown op 'nope'"), ("sweep", "--op"), ("", "command"),
+                *((f"sweep --op rwkv6 {words}", needle) for words, needle in BAD_SWEEP_OPTIONS.items())]
+
+
+@pytest.mark.parametrize("argv,needle", [pytest.param(line.split(), needle, id=line or "no arguments")
+                                         for line, needle in USAGE_ERRORS])
 def test_usage_errors_exit_2_with_one_line(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
