@@ -10,6 +10,7 @@ from harness.declaration import CORE_SYMBOLS
 from reports.schema import SHAPE
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 # a log gate is logsigmoid(randn) / GATES[gate] (a log decay <= 0); "extreme" sets every gate to
 # EXTREME_GATE instead: a 64-step chunk's gate sum reaches -3840, where exp underflows in any dtype
 GATES = {"normal": 1.0, "strong": 0.05, "weak": 16.0, "extreme": None}

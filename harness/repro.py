@@ -20,12 +20,12 @@ from types import SimpleNamespace
 import torch
 
 from harness import allocations, cases, declaration, execution, goldens, inputs, metrics, tolerance
-from harness.cases import DTYPES, EXTREME_GATE, GATES, H0_OPTIONS, OWN_SYMBOLS, Case
+from harness.cases import DTYPE_NAMES, DTYPES, EXTREME_GATE, GATES, H0_OPTIONS, OWN_SYMBOLS, Case
 from reports.schema import SHAPE
 from harness.checks.segments import segment_bounds
 from harness.declaration import OpSpec, load_function
 from harness.registry import get_op
-from harness.runner import DTYPE_NAMES, _seq_layout, contract_dtypes, expected_tensors
+from harness.runner import _seq_layout, contract_dtypes, expected_tensors
 from harness.tolerance import tolerance_for
 
 _COUNT = r"[1-9][0-9]*"

@@ -11,7 +11,7 @@ from typing import Callable
 import torch
 
 from harness.allocations import nan_filled_allocations
-from harness.cases import DTYPES, Case
+from harness.cases import DTYPE_NAMES, Case
 from harness.checks import EXTRA_CHECKS, CaseContext, registered
 from harness.execution import Execution, RunFailed, describe_error, run_implementation
 from harness.goldens import golden_and_baseline
@@ -20,7 +20,6 @@ from harness.metrics import compare_sums, compare_to_golden, compare_variants
 from harness.declaration import OpSpec, load_function
 from harness.tolerance import tolerance_for
 
-DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from harness.cases import Case
+from harness.cases import DTYPE_NAMES, Case
 from harness.declaration import OpSpec, load_function
 from harness.execution import run_implementation
 from harness.inputs import CaseInputs, make_inputs as draw_case_inputs
@@ -39,7 +39,6 @@ REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 # half an ulp, relative: a result computed in fp32 and rounded once to fp16 / bf16 is that close
 HALF_ULP = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
 ROUNDED_ONCE_SLACK = 1e-4  # of max|X64|, for the fp32 arithmetic before that one rounding
-_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def result_names(spec: OpSpec) -> list:
@@ -119,7 +118,7 @@ def make_inputs(spec: OpSpec, B, T, H, K, V, dtype, gate="normal", h0=True, seed
     `device`, from a generator seeded with `seed` itself (the numbers the tests' bounds were set
     on): gates by `gate` (harness.cases.GATES, "extreme" included), float32 initial states when
     h0, do and dht. Inputs named in `none` are drawn but passed as None."""
-    case = Case(op=spec.name, dtype=_DTYPE_NAMES[dtype], B=B, T=T, H=H, K=K, V=V,
+    case = Case(op=spec.name, dtype=DTYPE_NAMES[dtype], B=B, T=T, H=H, K=K, V=V,
                 h0="grad" if h0 else "none", gate=gate, seed=seed, M=M or 0)
     drawn = draw_case_inputs(spec, case, device, torch.Generator().manual_seed(seed))
     return Inputs(spec, case, drawn, tuple(none))
