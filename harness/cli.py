@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from fla_kernels.utils import interpreting
-from harness.cases import DTYPES, GATES, H0_OPTIONS, PRESETS, Case, default_preset, expand
+from harness.cases import (DTYPE_CHOICES, DTYPES, GATES, H0_OPTIONS, PRESETS, VARLEN, Case, default_preset,
+                           expand)
 from harness.environment import new_run_id
 from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op, op_symbols
@@ -55,12 +56,20 @@ def _own_symbol_note(axis: str) -> str:
     return f" ({axis}: {op_symbols()[axis].meaning}; {', '.join(users)})" if users else ""
 
 
+def _options_note() -> str:
+    """'gsa: g=None; linear_attn: normalize; ...' for the ops that have options."""
+    return "; ".join(f"{spec.name}: {', '.join(spec.all_options())}" for spec in OPS.values()
+                     if spec.all_options())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sweep = sub.add_parser("sweep", help="run cases and report every output's and gradient's error")
     sweep.add_argument("--op", type=_csv(str), required=True, help="op(s), comma-separated")
-    sweep.add_argument("--dtype", type=_csv(str), default=list(DTYPES), help="fp32,fp16,bf16")
+    sweep.add_argument("--dtype", type=_csv(str), default=list(DTYPES),
+                       help=f"{','.join(DTYPE_CHOICES)} (default fp32,fp16,bf16; '-fp32gates': float32 "
+                            "gates beside 16-bit q, k, v)")
     sweep.add_argument("--variant", type=_csv(str), help="variants to run (default: all of the op)")
     sweep.add_argument("--preset", help=f"case grid: {', '.join(PRESETS)} (default: gpu with CUDA, else cpu)")
     for axis in SHAPE:
@@ -68,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
                            + _own_symbol_note(axis))
     sweep.add_argument("--h0", type=_csv(str), help=f"initial state: {', '.join(H0_OPTIONS)}")
     sweep.add_argument("--gate", type=_csv(str), help=f"gate strength: {', '.join(GATES)}")
+    sweep.add_argument("--varlen", type=_csv(str),
+                       help=f"batches: {', '.join(VARLEN)} (packed: the B * T tokens as sequences of "
+                            "unequal lengths in one row, cu_seqlens; default none)")
+    sweep.add_argument("--option", type=_csv(str),
+                       help="the op's options to call it with, or none for its core call (default "
+                            f"none): {_options_note()}")
     sweep.add_argument("--seed", type=int, default=0)
     sweep.add_argument("--checks", type=_csv(str),
                        help=f"checks beyond the golden: {','.join(EXTRA_CHECKS)}, or none (default: "
@@ -195,13 +210,24 @@ def _parse_impls(texts, op_specs) -> tuple[dict, list]:
     return external, sets
 
 
+def _check_options(options, specs):
+    """Every option asked for is "none" or an option of one of the ops."""
+    known = {name for spec in specs for name in spec.all_options()}
+    unknown = [o for o in options or [] if o != "none" and o not in known]
+    if unknown:
+        ops = " and ".join(spec.name for spec in specs)
+        raise UsageError(f"unknown option '{unknown[0]}' of {ops}; known: {', '.join(['none', *sorted(known)])}")
+
+
 def plan_sweep(args):
     """Validate every argument and build the list of (spec, case, implementations) before running."""
     try:
         specs = [get_op(name) for name in args.op]
     except ValueError as exc:
         raise UsageError(str(exc).rstrip("."))
-    _check_choices("dtype", args.dtype, list(DTYPES))
+    _check_choices("dtype", args.dtype, list(DTYPE_CHOICES))
+    _check_choices("varlen", args.varlen, list(VARLEN))
+    _check_options(args.option, specs)
     _check_choices("initial-state option", args.h0, list(H0_OPTIONS))
     _check_choices("gate", args.gate, list(GATES))
     preset = args.preset or default_preset()
@@ -215,7 +241,7 @@ def plan_sweep(args):
         _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
     external, sets = _parse_impls(args.impl, specs)
     overrides = {axis: getattr(args, axis) for axis in SHAPE if axis not in ("K", "V")}
-    overrides.update(h0=args.h0, gate=args.gate)
+    overrides.update(h0=args.h0, gate=args.gate, varlen=args.varlen, option=args.option)
     if args.K or args.V:
         overrides["KV"] = list(itertools.product(args.K or args.V, args.V or args.K))
     plan = []

@@ -8,7 +8,7 @@ strings and imported only when run, so a declaration is plain data (its repr is 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 CORE_SYMBOLS = ("B", "T", "H", "K", "V")   # every op's; the presets of harness/cases.py sweep them
@@ -21,13 +21,28 @@ class InputSpec:
     shape: tuple            # symbols among CORE_SYMBOLS and the op's own `symbols`
     kind: str = "randn"     # "randn" or "gate" (log gate: logsigmoid(randn) / normaliser)
     optional: bool = False  # the op also accepts None here (its gradient is then None)
+    grad: bool = True       # the op gives its gradient (False: a constant, as simple GLA's g_gamma)
 
 
 @dataclass(frozen=True)
 class StateSpec:
-    """One recurrent state: its name ("h" gives tensors "ht" and "dh0") and shape symbols."""
+    """One recurrent state: its name ("h" gives tensors "ht" and "dh0") and shape: symbols, or
+    integers for fixed sizes (linear attention's normaliser z [B, 1, H, K])."""
     name: str
     shape: tuple
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """A call option of the op beyond its core call (linear attention's normalize=True, simple
+    GLA's constant decay g_gamma): what the call gains or loses. Under an option the op is
+    `OpSpec.under(name)`: its inputs, states and call keywords as changed here."""
+    meaning: str
+    kwargs: dict = field(default_factory=dict)   # keyword arguments of the call
+    inputs: tuple = ()                           # InputSpec appended to the positional inputs
+    without: tuple = ()                          # inputs passed as None
+    states: tuple = ()                           # StateSpec appended to the op's states
+    chainable: bool = True   # segments chained through the final state equal one call
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,10 @@ class OpSpec:
     upstream: dict = field(default_factory=dict)  # set ("fla") -> {variant: "module:function"}
     # (tensor, dtype) -> {"factor" / "atol" / "floor_factor": ..., "reason": ...}; "*" matches any
     tolerances: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)   # name -> OptionSpec, beyond "<input>=None"
     declared_in: str = ""             # the declaring module (set by the registry)
+    option: str = "none"              # the option this is the op under (`under`)
+    base: OpSpec | None = field(default=None, repr=False, compare=False)  # the op without it
 
     def __post_init__(self):
         """References default to references/<op>.py's <op>_recurrent and <op>_chunked."""
@@ -73,15 +91,44 @@ class OpSpec:
         if not self.reference_chunked:
             object.__setattr__(self, "reference_chunked", f"references.{self.name}:{self.name}_chunked")
 
+    def all_options(self) -> dict:
+        """Every option of the op: "<input>=None" for each optional input (passed as None), then
+        the declared ones (which may redefine those)."""
+        core = self.base or self
+        implied = {f"{s.name}=None": OptionSpec(f"{s.name} passed as None", without=(s.name,))
+                   for s in core.inputs if s.optional}
+        return {**implied, **core.options}
+
+    def under(self, option: str) -> OpSpec:
+        """The op called with `option` ("none": the core call): inputs and states extended as
+        the option says, `option` naming it."""
+        core = self.base or self
+        if option == self.option:
+            return self
+        if option == "none":
+            return core
+        options = core.all_options()
+        if option not in options:
+            known = ", ".join(options) or "none"
+            raise ValueError(f"op '{core.name}' has no option '{option}'; its options: {known}.")
+        extra = options[option]
+        return replace(core, inputs=core.inputs + extra.inputs, states=core.states + extra.states,
+                       option=option, base=core)
+
+    def option_spec(self) -> OptionSpec:
+        """The option the op is under (an empty one for the core call)."""
+        return OptionSpec("the core call") if self.option == "none" else self.all_options()[self.option]
+
     def variant_fn(self, variant: str) -> Callable:
         return load_function(self.variants[variant])
 
-    def shape_of(self, spec: InputSpec, dims: dict) -> tuple:
-        return tuple(dims[s] for s in spec.shape)
+    def shape_of(self, spec: InputSpec | StateSpec, dims: dict) -> tuple:
+        """The sizes of an input's or state's shape under `dims` (symbol -> size)."""
+        return tuple(dims[s] if isinstance(s, str) else s for s in spec.shape)
 
     def used_symbols(self) -> tuple:
         """Every shape symbol the op's inputs and states use, core ones first."""
-        used = {s for x in self.inputs + self.states for s in x.shape}
+        used = {s for x in self.inputs + self.states for s in x.shape if isinstance(s, str)}
         return tuple(s for s in CORE_SYMBOLS if s in used) + tuple(sorted(used - set(CORE_SYMBOLS)))
 
     def gates(self) -> tuple:

@@ -3,6 +3,7 @@ the op's contract as it returns. The references run through it too (`goldens.py`
 of the golden cache's fingerprint."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -30,29 +31,29 @@ class RunFailed(Exception):
 
 
 def _shape_text(shape, symbols) -> str:
-    return f"({', '.join(map(str, shape))}) [{', '.join(symbols)}]"
+    return f"({', '.join(map(str, shape))}) [{', '.join(map(str, symbols))}]"
 
 
-def returned_problems(spec: OpSpec, case: Case, returned, t0: int, t1: int) -> tuple[dict, dict]:
+def returned_problems(spec: OpSpec, inputs: CaseInputs, returned, t0: int, t1: int) -> tuple[dict, dict]:
     """({name: tensor} of the forward outputs that match the op, {name: why} of those that do not)
     for what one call over steps [t0, t1) returned: (o, final state), with o [B, t1 - t0, H, V]
-    and each state its declared shape, floating point."""
+    and each state its declared shape (one per packed sequence), floating point."""
     if not isinstance(returned, (tuple, list)) or len(returned) != 2:
         what = type(returned).__name__ + (f" of {len(returned)}" if isinstance(returned, (tuple, list)) else "")
         return {}, {"o": f"the call returned a {what}; the op returns the pair (o, final state)"}
     o, finals = returned
-    dims = {**case.dims(), "T": t1 - t0}
-    wanted = [("o", o, ("B", "T", "H", "V"))]
+    dims = {**inputs.dims, "T": t1 - t0}
+    wanted = [("o", o, ("B", "T", "H", "V"), dims)]
     if finals is not None:
         finals_tuple = (finals,) if len(spec.states) == 1 else finals
         if not isinstance(finals_tuple, (tuple, list)) or len(finals_tuple) != len(spec.states):
             return ({}, {spec.final_state_names()[0]: f"the final state is a {type(finals).__name__}; "
                          f"the op's is a tuple of {len(spec.states)} tensors"})
-        wanted += [(name, x, st.shape) for name, x, st in
+        wanted += [(name, x, st.shape, inputs.state_dims) for name, x, st in
                    zip(spec.final_state_names(), finals_tuple, spec.states)]
     good, bad = {}, {}
-    for name, x, symbols in wanted:
-        expected = tuple(dims[d] for d in symbols)
+    for name, x, symbols, sizes in wanted:
+        expected = tuple(sizes[d] if isinstance(d, str) else d for d in symbols)
         if x is None and name != "o":
             good[name] = None
         elif not isinstance(x, torch.Tensor):
@@ -82,9 +83,18 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     without requires_grad; `requires_grad` names the inputs whose gradients are taken (default
     all); o_in_loss=False leaves o out of the loss (only the final states' gradients flow).
     Initial states and their upstream gradients stay float32 unless `to_dtype` is float64 (a
-    golden). What each call returns is checked against the op before anything
+    golden). The case's option (`OpSpec.under`) adds its keywords and inputs and passes its
+    `without` inputs as None; a packed case passes `cu_seqlens`. What each call returns is checked against the op before anything
     else uses it: RunFailed names a wrong shape or type, and a backward that raises.
     """
+    spec = spec.under(case.option)
+    option = spec.option_spec()
+    without = tuple(without) + option.without
+    call = dict(option.kwargs)
+    if inputs.cu_seqlens is not None:
+        if segments:
+            raise ValueError("a packed case is not cut into segments")
+        call["cu_seqlens"] = inputs.cu_seqlens
     state_dtype = torch.float64 if to_dtype == torch.float64 else None
 
     def upstream(x, dtype=to_dtype):
@@ -94,7 +104,8 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         return upstream(x, dtype).requires_grad_(grad)
 
     single = len(spec.states) == 1
-    leaves = {name: leaf(x, requires_grad is None or name in requires_grad)
+    differentiable = {s.name for s in spec.inputs if s.grad}
+    leaves = {name: leaf(x, name in differentiable and (requires_grad is None or name in requires_grad))
               for name, x in inputs.tensors.items() if name not in without}
     given = {name: (x, inputs.tensors[name]) for name, x in leaves.items()}
     h0 = None
@@ -103,15 +114,16 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         given.update({f"initial {s.name}": (x, orig) for s, x, orig in
                       zip(spec.states, h0, inputs.initial_states)})
     sequence = spec.sequence_inputs()
+    T = inputs.dims["T"]
     pieces, finals = [], h0
-    for t0, t1 in segments or [(0, case.T)]:
+    for t0, t1 in segments or [(0, T)]:
         args = [leaves.get(name) for name in inputs.tensors]
         args = [x[:, t0:t1] if name in sequence and x is not None else x
                 for name, x in zip(inputs.tensors, args)]
         state = None if finals is None else (finals[0] if single else finals)
         returned = fn(*args, scale=inputs.scale, initial_state=state,
-                      output_final_state=final_state != "off" or t1 < case.T)
-        good, bad = returned_problems(spec, case, returned, t0, t1)
+                      output_final_state=final_state != "off" or t1 < T, **call)
+        good, bad = returned_problems(spec, inputs, returned, t0, t1)
         if bad:
             name, why = next(iter(bad.items()))
             where = f" (segment [{t0}, {t1}))" if segments else ""
@@ -142,11 +154,40 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         raise RunFailed(f"backward raised {describe_error(exc)}",
                         {} if segments else {k: v for k, v in result.items() if v is not None}) from exc
     for name, x in leaves.items():
-        result["d" + name] = x.grad
+        if name in differentiable:
+            result["d" + name] = x.grad
     if case.h0 == "grad" and h0_grad:
         for name, x in zip(spec.initial_state_grad_names(), h0):
             result[name] = x.grad
     return Execution(result, given)
+
+
+def unsupported(fn, spec: OpSpec, case: Case) -> str:
+    """Why `fn` cannot be called as the case asks (a packed case's `cu_seqlens`, the keywords and
+    inputs of its option), read from its signature, or "" (also when it takes **kwargs or has no
+    signature to read)."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ""
+    if any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        return ""
+    option = spec.under(case.option).option_spec()
+    wanted = (["cu_seqlens"] if case.packed else []) + list(option.kwargs) + [s.name for s in option.inputs]
+    missing = [name for name in wanted if name not in parameters]
+    if not missing:
+        return ""
+    what = "packed sequences (cu_seqlens)" if missing == ["cu_seqlens"] else ", ".join(missing)
+    return f"the implementation does not take {what}, which this case needs"
+
+
+def rejected_or_error(exc: BaseException, case: Case) -> tuple[str, str]:
+    """(verdict, message) of a run that raised: SKIP where the implementation says it does not
+    implement what the case asks beyond the core call (NotImplementedError on a packed case or
+    an option), else ERROR."""
+    if isinstance(exc, NotImplementedError) and (case.packed or case.option != "none"):
+        return "SKIP", f"the implementation rejects this case's call: {describe_error(exc)}"
+    return "ERROR", describe_error(exc)
 
 
 def execute(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtype=None, **options) -> dict:

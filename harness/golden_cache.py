@@ -1,6 +1,7 @@
 """Goldens and baselines kept on disk, so a second sweep over the same cases does not recompute them.
 
-A stored pair is found again only under the same key: the op and its reference functions, every
+A stored pair is found again only under the same key: the op's declaration (under the case's
+option: its references, inputs and states), every
 field of the case (which with the seed determines the inputs), the run options, and a fingerprint
 of the code that draws the inputs and computes the references. Changing any of them misses.
 
@@ -18,7 +19,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-FINGERPRINTED = ["harness/inputs.py", "harness/execution.py", "harness/goldens.py", "references"]
+FINGERPRINTED = ["harness/inputs.py", "harness/execution.py", "harness/goldens.py", "harness/packing.py",
+                 "harness/cases.py", "harness/declaration.py", "references"]
 
 
 def default_dir() -> Path:
@@ -52,8 +54,7 @@ class GoldenCache:
         self.hits = self.misses = 0
 
     def key(self, spec, case, options: dict) -> str:
-        fields = {"op": spec.name, "loop": spec.reference_loop, "chunked": spec.reference_chunked,
-                  "loop_max_T": spec.loop_max_T, "baseline_chunk": spec.baseline_chunk_size,
+        fields = {"op": repr(spec.under(case.option)),
                   "case": case.as_dict(), "options": {k: list(v) if isinstance(v, tuple) else v
                                                       for k, v in sorted(options.items())},
                   "code": self.fingerprint}

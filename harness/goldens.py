@@ -8,6 +8,7 @@ import torch
 from harness.cases import Case
 from harness.execution import execute
 from harness.inputs import CaseInputs
+from harness.packing import per_sequence
 from harness.declaration import OpSpec, load_function
 
 
@@ -17,18 +18,21 @@ def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None
     taken from `cache` (a GoldenCache) when it has them, and stored there when computed.
 
     `golden` given: only the baseline is computed (a chain of segments changes the rounding of
-    the same-dtype arithmetic, not the float64 truth)."""
+    the same-dtype arithmetic, not the float64 truth). A packed case's references run sequence
+    by sequence (`per_sequence`)."""
     if cache is not None:
         found = cache.get(spec, case, options, inputs.do.device)
         if found is not None:
             return found
     loop = load_function(spec.reference_loop)
     chunked = load_function(spec.reference_chunked)
-    golden_fn = loop if case.T <= spec.loop_max_T else chunked
-    if golden is None:
-        golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64, **options)
+    golden_fn = loop if inputs.dims["T"] <= spec.loop_max_T else chunked
     baseline_fn = functools.partial(chunked, operand_dtype=case.torch_dtype,
                                     chunk_size=spec.baseline_chunk_size)
+    if case.packed:
+        golden_fn, baseline_fn = (per_sequence(f, spec.under(case.option)) for f in (golden_fn, baseline_fn))
+    if golden is None:
+        golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64, **options)
     baseline = execute(baseline_fn, spec, case, inputs, **options)
     if cache is not None:
         cache.put(spec, case, options, golden, baseline)

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from harness.cases import EXTREME_GATE, GATES, Case
 from harness.declaration import OpSpec
+from harness.packing import cu_seqlens_of, sequence_lengths
 
 
 @dataclass
@@ -18,6 +19,20 @@ class CaseInputs:
     do: torch.Tensor         # upstream gradient of o, case dtype
     dhts: tuple              # upstream gradients of the final states, float32
     scale: float | None      # None: the implementation's default (K ** -0.5)
+    dims: dict = None        # the sizes of the call: the case's, or B = 1 and T = B * T when packed
+    state_dims: dict = None  # the sizes of the states: `dims` with B the number of sequences
+    cu_seqlens: torch.Tensor | None = None   # int32 [N + 1] sequence starts of a packed case
+
+    @property
+    def bounds(self) -> list[int] | None:
+        """The packed sequences' starts and the end, or None (not packed)."""
+        return None if self.cu_seqlens is None else self.cu_seqlens.tolist()
+
+    @property
+    def longest(self) -> int:
+        """The longest sequence's length: T, or the longest packed sequence's."""
+        bounds = self.bounds
+        return self.dims["T"] if bounds is None else max(b - a for a, b in zip(bounds, bounds[1:]))
 
 
 def _generator(case: Case) -> torch.Generator:
@@ -26,25 +41,48 @@ def _generator(case: Case) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(key.encode()))
 
 
+def packed_lengths(case: Case, gen: torch.Generator | None = None) -> list[int]:
+    """The sequence lengths of a packed case (`sequence_lengths`), from a generator of their own
+    seeded from the case's (or `gen`'s), so the tensors drawn are the unpacked case's in one row."""
+    seed = (_generator(case) if gen is None else gen).initial_seed() + 1
+    return sequence_lengths(case.B * case.T, torch.Generator().manual_seed(seed))
+
+
 def make_inputs(spec: OpSpec, case: Case, device, generator: torch.Generator | None = None) -> CaseInputs:
-    """Draw every input in float32 on the CPU, round it to the case dtype, move it to `device`:
-    the inputs in call order, the initial states (unless case.h0 is "none"), do, the dhts.
+    """Draw every input in float32 on the CPU, round it to the case dtype (gates to the gates'
+    dtype), move it to `device`: the inputs in call order, the initial states (unless case.h0 is
+    "none"), do, the dhts, then the inputs the case's option adds and, for a packed case, the
+    sequence lengths (so the core inputs are the same numbers under every option and packing).
     `generator`: the CPU generator to draw from (default: the case's own, `_generator`)."""
+    spec = spec.under(case.option)
     gen = _generator(case) if generator is None else generator
     dims = case.dims()
-    dtype = case.torch_dtype
+    if case.packed:
+        dims.update(B=1, T=case.B * case.T)
 
     def draw(shape, kind="randn"):
         x = torch.randn(shape, generator=gen, dtype=torch.float32)
         if kind == "gate":
             x = torch.full_like(x, EXTREME_GATE) if GATES[case.gate] is None else F.logsigmoid(x) / GATES[case.gate]
-        return x.to(dtype).to(device)
+        return x.to(case.gate_dtype if kind == "gate" else case.torch_dtype).to(device)
 
-    tensors = {s.name: draw(spec.shape_of(s, dims), s.kind) for s in spec.inputs}
-    state_shapes = [tuple(dims[d] for d in s.shape) for s in spec.states]
-    h0 = None
-    if case.h0 != "none":
-        h0 = tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(device) for shape in state_shapes)
-    do = draw((case.B, case.T, case.H, case.V))
-    dhts = tuple(torch.randn(shape, generator=gen, dtype=torch.float32).to(device) for shape in state_shapes)
-    return CaseInputs(tensors=tensors, initial_states=h0, do=do, dhts=dhts, scale=case.K ** -0.5)
+    extra = spec.option_spec()
+    tensors = {s.name: draw(spec.shape_of(s, dims), s.kind) for s in spec.inputs if s not in extra.inputs}
+    lengths = packed_lengths(case, gen) if case.packed else []
+    state_dims = {**dims, "B": len(lengths)} if case.packed else dims
+    core_states = [s for s in spec.states if s not in extra.states]
+
+    def states(specs):
+        return [torch.randn(spec.shape_of(s, state_dims), generator=gen, dtype=torch.float32).to(device)
+                for s in specs]
+
+    h0 = states(core_states) if case.h0 != "none" else None
+    do = draw((dims["B"], dims["T"], case.H, case.V))
+    dhts = states(core_states)
+    tensors.update({s.name: draw(spec.shape_of(s, dims), s.kind) for s in extra.inputs})
+    h0 = None if h0 is None else tuple(h0 + states(extra.states))
+    dhts = tuple(dhts + states(extra.states))
+    tensors = {s.name: tensors[s.name] for s in spec.inputs}
+    return CaseInputs(tensors=tensors, initial_states=h0, do=do, dhts=dhts, scale=case.K ** -0.5,
+                      dims=dims, state_dims=state_dims,
+                      cu_seqlens=cu_seqlens_of(lengths, device) if case.packed else None)

@@ -19,24 +19,26 @@ from types import SimpleNamespace
 
 import torch
 
-from harness import allocations, cases, declaration, execution, goldens, inputs, metrics, tolerance
-from harness.cases import DTYPE_NAMES, DTYPES, EXTREME_GATE, GATES, H0_OPTIONS, OWN_SYMBOLS, Case
+from harness import allocations, cases, declaration, execution, goldens, inputs, metrics, packing, tolerance
+from harness.cases import (DTYPE_CHOICES, DTYPE_NAMES, EXTREME_GATE, GATES, H0_OPTIONS, MIXED_DTYPES,
+                           OWN_SYMBOLS, Case)
 from reports.schema import SHAPE
 from harness.checks.segments import segment_bounds
 from harness.declaration import OpSpec, load_function
+from harness.inputs import packed_lengths
 from harness.registry import get_op
 from harness.runner import _seq_layout, contract_dtypes, expected_tensors
 from harness.tolerance import tolerance_for
 
 _COUNT = r"[1-9][0-9]*"
 _CASE_ID = re.compile(
-    rf"(?P<op>[a-z][a-z0-9_]*)-(?P<dtype>[a-z0-9]+)-B(?P<B>{_COUNT})-T(?P<T>{_COUNT})-H(?P<H>{_COUNT})"
+    rf"(?P<op>[a-z][a-z0-9_]*)-(?P<dtype>[a-z0-9]+(?:-fp32gates)?)-B(?P<B>{_COUNT})-T(?P<T>{_COUNT})-H(?P<H>{_COUNT})"
     rf"-K(?P<K>{_COUNT})-V(?P<V>{_COUNT})"
     + "".join(rf"(?:-{s}(?P<{s}>{_COUNT}))?" for s in OWN_SYMBOLS)
     + rf"-h0_(?P<h0>[a-z]+)-(?P<gate>[a-z]+)"
-    rf"-s(?P<seed>0|-?{_COUNT})")
+    rf"-s(?P<seed>0|-?{_COUNT})(?:-(?P<varlen>packed))?(?:-(?P<option>[A-Za-z_][A-Za-z0-9_=]*))?")
 _CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>{''.join(f'[-{s}<n>]' for s in OWN_SYMBOLS)}-h0_<{'|'.join(H0_OPTIONS)}>-"
-                 f"<{'|'.join(GATES)}>-s<seed>, e.g. rwkv6-bf16-B1-T65-H2-K16-V16-h0_grad-normal-s0")
+                 f"<{'|'.join(GATES)}>-s<seed>[-packed][-<option>], e.g. rwkv6-bf16-B1-T65-H2-K16-V16-h0_grad-normal-s0")
 
 # The harness code the script carries verbatim: the tolerance, the comparison with the golden and
 # the NaN filling of kernel allocations. Each needs only math, sys, torch and the stdlib imports
@@ -48,9 +50,10 @@ _COPIED_METRICS = (metrics._max, metrics.first_bad_index, metrics.worst_index,
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
 # The case core: the declaration's types, the case, drawing the inputs, running an implementation
 # forward and backward, and the golden and baseline; the script builds SPEC and CASE from them.
-_COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.Symbol, declaration.LayerSpec,
-                declaration.OpSpec, declaration.load_function, cases.Case, inputs.CaseInputs,
-                inputs._generator, inputs.make_inputs, execution.Execution, execution.RunFailed,
+_COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.OptionSpec, declaration.Symbol,
+                declaration.LayerSpec, declaration.OpSpec, declaration.load_function, cases.Case,
+                packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
+                inputs.CaseInputs, inputs._generator, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
                 execution.execute, execution.describe_error, goldens.golden_and_baseline)
 
@@ -64,12 +67,13 @@ def parse_case_id(case_id: str) -> Case:
     if found is None:
         raise ValueError(f"'{case_id}' is not a case id; expected {_CASE_ID_FORM}.")
     fields = found.groupdict()
-    for name, allowed in (("dtype", list(DTYPES)), ("h0", list(H0_OPTIONS)), ("gate", list(GATES))):
+    for name, allowed in (("dtype", list(DTYPE_CHOICES)), ("h0", list(H0_OPTIONS)), ("gate", list(GATES))):
         if fields[name] not in allowed:
             raise ValueError(f"case id '{case_id}' has {name} '{fields[name]}' where one of "
                              f"{', '.join(allowed)} was expected.")
     numbers = {k: int(fields[k] or 0) for k in (*SHAPE, "seed")}
-    return Case(op=fields["op"], dtype=fields["dtype"], h0=fields["h0"], gate=fields["gate"], **numbers)
+    return Case(op=fields["op"], dtype=fields["dtype"], h0=fields["h0"], gate=fields["gate"],
+                varlen=fields["varlen"] or "none", option=fields["option"] or "none", **numbers)
 
 
 def script_name(case_id: str, variant: str, segments: bool = False) -> str:
@@ -96,6 +100,8 @@ def write_repro(case_id: str, path, variant: str | None = None, target: str | No
     _check_own_symbols(spec, case)
     target = target or spec.variants[variant]
     load_function(target)
+    if segments and case.packed:
+        raise ValueError(f"case '{case_id}' is packed; its sequences are not cut into segments.")
     if segments and not segment_bounds(case.T):
         raise ValueError(f"case '{case_id}' has T={case.T}, too short to cut into segments.")
     if device is not None:
@@ -142,7 +148,8 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
         "device": _literal(device) if device else '"cuda" if torch.cuda.is_available() else "cpu"',
         "spec": pprint.pformat(spec, width=100), "case": pprint.pformat(case, width=100),
         "constants": "\n".join(f"{name} = {value!r}" for name, value in (
-            ("DTYPES", cases.DTYPES), ("SHAPE", SHAPE), ("CORE_SYMBOLS", declaration.CORE_SYMBOLS),
+            ("DTYPES", cases.DTYPES), ("MIXED_DTYPES", MIXED_DTYPES), ("SHAPE", SHAPE),
+            ("CORE_SYMBOLS", declaration.CORE_SYMBOLS), ("CHUNK", packing.CHUNK),
             ("OWN_SYMBOLS", OWN_SYMBOLS),
             ("GATES", GATES), ("EXTREME_GATE", EXTREME_GATE))),
         "core_source": _sources(_COPIED_CORE),
@@ -176,10 +183,13 @@ def _names(names) -> str:
 
 def _tensor_tables(spec: OpSpec, case: Case) -> dict:
     """Per tensor of the case: the dtype it must come back in, its tolerance, its layout."""
+    spec = spec.under(case.option)
     names = expected_tensors(spec, case)
-    drawn = SimpleNamespace(tensors={s.name: torch.empty(0, dtype=case.torch_dtype) for s in spec.inputs})
+    drawn = SimpleNamespace(tensors={s.name: torch.empty(0, dtype=case.gate_dtype if s.kind == "gate" else
+                                                         case.torch_dtype) for s in spec.inputs})
     dtypes = contract_dtypes(spec, case, drawn)
-    rows = {name: tolerance_for(case.op, name, case.dtype, case.T, DTYPE_NAMES[dtypes[name]])
+    longest = max(packed_lengths(case)) if case.packed else case.T
+    rows = {name: tolerance_for(case.op, name, case.activation_dtype, longest, DTYPE_NAMES[dtypes[name]])
             for name in names}
     return {
         "tensors": "[" + ", ".join(map(_literal, names)) + "]",
@@ -232,7 +242,7 @@ import os
 import sys
 import zlib
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import torch

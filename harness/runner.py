@@ -13,10 +13,12 @@ import torch
 from harness.allocations import nan_filled_allocations
 from harness.cases import DTYPE_NAMES, Case
 from harness.checks import EXTRA_CHECKS, CaseContext, registered
-from harness.execution import Execution, RunFailed, describe_error, run_implementation
+from harness.execution import (Execution, RunFailed, describe_error, rejected_or_error, run_implementation,
+                               unsupported)
 from harness.goldens import golden_and_baseline
 from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_sums, compare_to_golden, compare_variants
+from harness.packing import name_sequences
 from harness.declaration import OpSpec, load_function
 from harness.tolerance import tolerance_for
 
@@ -42,12 +44,13 @@ def implementations(spec: OpSpec, variants, external: dict) -> list[Implementati
 
 
 def expected_tensors(spec: OpSpec, case: Case) -> list[str]:
-    names = ["o"] + spec.final_state_names() + ["d" + s.name for s in spec.inputs]
+    names = ["o"] + spec.final_state_names() + ["d" + s.name for s in spec.inputs if s.grad]
     return names + (spec.initial_state_grad_names() if case.h0 == "grad" else [])
 
 
 def contract_dtypes(spec: OpSpec, case: Case, inputs: CaseInputs) -> dict:
-    """The dtype each returned tensor must have: o and input gradients in the inputs' dtype, states fp32."""
+    """The dtype each returned tensor must have: o in the activations' dtype, input gradients in
+    their input's, states fp32."""
     dtypes = {"o": case.torch_dtype}
     dtypes.update({name: torch.float32 for name in spec.final_state_names() + spec.initial_state_grad_names()})
     dtypes.update({"d" + name: x.dtype for name, x in inputs.tensors.items()})
@@ -61,37 +64,22 @@ def _seq_layout(spec: OpSpec, tensor: str) -> bool:
     return shapes.get(tensor, ())[:3] == ("B", "T", "H")
 
 
-def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
-             checks=EXTRA_CHECKS, cache=None, where: dict | None = None) -> list[dict]:
-    """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops.
-
-    Per implementation: one "golden" row per tensor, "aggregate" rows for each gradient of a
-    sequence input (its sums over tokens, and over batch, tokens and heads), then those of the
-    registered checks named in `checks` (`harness/checks/`) that apply to it; per pair of
-    variants, "agreement" rows. An implementation that returns a wrong shape or whose backward
-    raises keeps the golden rows of the outputs it returned right, beside its ERROR row. `cache`:
-    a GoldenCache for the goldens and baselines, or None. `where["step"]` names the step under
-    way (for an error that escapes the case: a GPU error surfaces at a later call than its
-    kernel's).
-    """
-    where = {} if where is None else where
-    rows = []
-    where["step"] = "the goldens"
-    try:
-        inputs = make_inputs(spec, case, device)
-        golden, baseline = golden_and_baseline(spec, case, inputs, cache)
-    except Exception as exc:  # the references failing is reported, not fatal
-        return [run_row(case, impl, "ERROR", f"golden or baseline failed: {describe_error(exc)}")
-                for impl in impls]
+def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
+    """The case's inputs, golden and baseline (through `cache`), tolerances, and what the checks
+    call on them (`CaseContext`); raises what drawing the inputs or the references raise."""
+    spec = spec.under(case.option)
+    inputs = make_inputs(spec, case, device)
+    golden, baseline = golden_and_baseline(spec, case, inputs, cache)
     names = expected_tensors(spec, case)
     dtypes = contract_dtypes(spec, case, inputs)
-    tolerances = {name: tolerance_for(case.op, name, case.dtype, case.T, DTYPE_NAMES[dtypes[name]])
-                  for name in names}
+    tolerances = {name: tolerance_for(case.op, name, case.activation_dtype, inputs.longest,
+                                      DTYPE_NAMES[dtypes[name]]) for name in names}
 
     def against_golden(out, name, references=None):
         gold, base = references or (golden, baseline)
-        return compare_to_golden(out.get(name), gold[name], base[name], tolerances[name],
-                                 _seq_layout(spec, name), dtypes[name])
+        metrics = compare_to_golden(out.get(name), gold[name], base[name], tolerances[name],
+                                    _seq_layout(spec, name), dtypes[name])
+        return name_sequences(metrics, inputs.bounds)
 
     option_references = {"one call": (golden, baseline)}
 
@@ -101,19 +89,54 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
                                                            **options)
         return option_references[label]
 
-    context = CaseContext(spec, case, inputs, device, names, against_golden, references_for,
-                          run=lambda impl, **options: _timed_run(impl.fn, spec, case, inputs, device,
-                                                                 **options),
-                          row=functools.partial(_row, case))
+    def run(impl, wrap=None, **options):
+        return _timed_run(wrap(impl.fn) if wrap else impl.fn, spec, case, inputs, device, **options)
+
+    context = CaseContext(spec, case, inputs, device, names, against_golden, references_for, run,
+                       row=functools.partial(_row, case), golden=golden, baseline=baseline,
+                       dtypes=dtypes, tolerances=tolerances,
+                       derive=lambda other: case_context(spec, other, device, cache),
+                       agreement=lambda *sides: agreement(context, *sides))
+    return context
+
+
+def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
+             checks=EXTRA_CHECKS, cache=None, where: dict | None = None) -> list[dict]:
+    """Every row of one case. An implementation that raises becomes an ERROR row; nothing else stops.
+
+    Per implementation: one "golden" row per tensor, "aggregate" rows for each gradient of a
+    sequence input (its sums over tokens, and over batch, tokens and heads), then those of the
+    registered checks named in `checks` (`harness/checks/`) that apply to it; per pair of
+    variants, "agreement" rows. An implementation that returns a wrong shape or whose backward
+    raises keeps the golden rows of the outputs it returned right, beside its ERROR row; one
+    that does not take the case's option or packing gets a SKIP row saying so. `cache`:
+    a GoldenCache for the goldens and baselines, or None. `where["step"]` names the step under
+    way (for an error that escapes the case: a GPU error surfaces at a later call than its
+    kernel's).
+    """
+    where = {} if where is None else where
+    rows = []
+    where["step"] = "the goldens"
+    try:
+        context = case_context(spec, case, device, cache)
+    except Exception as exc:  # the references failing is reported, not fatal
+        return [run_row(case, impl, "ERROR", f"golden or baseline failed: {describe_error(exc)}")
+                for impl in impls]
+    spec, names, golden, baseline = context.spec, context.names, context.golden, context.baseline
+    against_golden = context.against_golden
     selected = registered(checks)
 
     results, goldens = {}, {}   # variant -> its outputs; (variant, tensor) -> its golden row
     for impl in impls:
         label = f"{impl.variant} ({impl.impl})"
         where["step"] = f"{label}: its run"
+        reason = unsupported(impl.fn, spec, case)
+        if reason:
+            rows.append(run_row(case, impl, "SKIP", reason))
+            continue
         start = time.perf_counter()
         try:
-            run = _timed_run(impl.fn, spec, case, inputs, device)
+            run = context.run(impl)
         except RunFailed as exc:
             wall = time.perf_counter() - start
             rows += [_row(case, impl, "golden", name, wall_s=wall, **against_golden(exc.forward, name))
@@ -122,7 +145,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             _release(device)
             continue
         except Exception as exc:
-            rows.append(run_row(case, impl, "ERROR", describe_error(exc)))
+            rows.append(run_row(case, impl, *rejected_or_error(exc, case)))
             _release(device)
             continue
         wall = time.perf_counter() - start
@@ -135,8 +158,8 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             if _seq_layout(spec, name) and name != "o":
                 rows += [_row(case, impl, "aggregate", f"{name} (sum over {over})", **metrics)
                          for over, metrics in compare_sums(run.result.get(name), golden[name],
-                                                           baseline[name], tolerances[name],
-                                                           dtypes[name], case.B * case.H > 1)]
+                                                           baseline[name], context.tolerances[name],
+                                                           context.dtypes[name], case.B * case.H > 1)]
         for check in selected:
             if check.applies(context, impl):
                 where["step"] = f"{label}: the {check.name} check"
@@ -144,16 +167,23 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
     where["step"] = "the agreement rows"
     for a, b in itertools.combinations([i for i in impls if i.variant in results], 2):
         for name in names:
-            sides = goldens[(a.variant, name)], goldens[(b.variant, name)]
-            bound, floor, atol = (sum(side.get(k, math.nan) for side in sides)
-                                  for k in ("bound", "floor", "atol"))
-            metrics = compare_variants(results[a.variant].get(name), results[b.variant].get(name),
-                                       golden[name], bound, _seq_layout(spec, name), floor, atol)
             rows.append({**_case_fields(case), "variant": f"{a.variant}~{b.variant}",
-                         "impl": f"{a.impl}~{b.impl}", "check": "agreement", "tensor": name, **metrics})
+                         "impl": f"{a.impl}~{b.impl}", "check": "agreement", "tensor": name,
+                         **context.agreement(name, goldens[(a.variant, name)], goldens[(b.variant, name)],
+                                             results[a.variant], results[b.variant])})
     where["step"] = "the case's end (its memory freed after every check)"
     _release(device)
     return rows
+
+
+def agreement(context: CaseContext, name: str, side_a: dict, side_b: dict, a: dict, b: dict) -> dict:
+    """Metrics of two runs' tensor `name` against each other, within the sum of their golden rows'
+    bounds (and floors and atols, the gate's noise model), `side_a` and `side_b`."""
+    bound, floor, atol = (sum(side.get(k, math.nan) for side in (side_a, side_b))
+                          for k in ("bound", "floor", "atol"))
+    metrics = compare_variants(a.get(name), b.get(name), context.golden[name], bound,
+                               _seq_layout(context.spec, name), floor, atol)
+    return name_sequences(metrics, context.inputs.bounds)
 
 
 def _timed_run(fn, spec, case, inputs, device, **options) -> Execution:

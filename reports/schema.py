@@ -12,7 +12,7 @@ RUN_COLUMNS = ("run_id", "device", "torch", "triton", "git")  # per-run metadata
 # ----------------------------------------------------------------------------- results.csv
 COLUMNS = [
     "run_id", "case_id", "op", "variant", "impl", "dtype", *SHAPE,
-    "h0", "gate", "seed", "check", "tensor",
+    "h0", "gate", "seed", "varlen", "option", "check", "tensor",
     "err", "rel", "rms_rel", "base_err", "floor", "atol", "bound", "ratio",
     "nan", "inf", "first_bad", "verdict", "message",
     "device", "torch", "triton", "git", "wall_s", "case_rows",
@@ -28,9 +28,11 @@ FLOAT_COLUMNS = ("err", "rel", "rms_rel", "base_err", "floor", "atol", "bound", 
 # skipped (SKIP). "inputs" fails when the implementation wrote into an input (tensor names it);
 # "determinism" when a second identical run differs bitwise (tensor names the first that did);
 # "segments" compares each tensor of a run split into segments along T, chaining the final
-# states, with the golden; "options" and "layer": README.
-CHECKS = ("golden", "aggregate", "agreement", "run", "inputs", "determinism", "segments", "options",
-          "layer")
+# states, with the golden; "packing" a packed case's run with its sequences run one by one;
+# "options" and "layer": README. `varlen` and `option` say how the case calls the op (packed
+# sequences, an option of the op); "none" for its core call on a plain batch.
+CHECKS = ("golden", "aggregate", "agreement", "run", "inputs", "determinism", "segments", "packing",
+          "options", "layer")
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")
 # The "options" rows name their tensor "<tensor> (<option>)"; this option runs the case with its
 # final state returned but left out of the loss (reports/patterns.py reads it back).
@@ -42,7 +44,7 @@ FINAL_STATE_UNUSED = "final state not in the loss"
 # Columns a baseline keeps: the row's identity, its numbers and verdict, and where it was made.
 # The floor (the golden's rounding in the tensor's dtype) and atol make the gate's noise model.
 BASELINE_COLUMNS = ["run_id", "case_id", "op", "variant", "impl", "dtype", *SHAPE,
-                    "h0", "gate", "seed", "check", "tensor", "err", "floor", "atol", "bound", "ratio",
+                    "h0", "gate", "seed", "varlen", "option", "check", "tensor", "err", "floor", "atol", "bound", "ratio",
                     "verdict", "device", "torch", "triton", "git"]
 
 # ----------------------------------------------------------------------------- bench.csv

@@ -208,3 +208,87 @@ def slow(r, k, v, w, u, **kw):
     import time
     time.sleep(1.0)
     return baseline_like(r, k, v, w, u, **kw)
+
+
+# Packed variable-length batches (cu_seqlens, B = 1, states [N, H, K, V]) ----------------------------
+
+def _sequences(cu_seqlens):
+    bounds = cu_seqlens.tolist()
+    return list(zip(bounds, bounds[1:]))
+
+
+def _packed(r, k, v, w, u, cu_seqlens, initial_state, output_final_state, start_of, calls=baseline_like,
+            **kw):
+    """Each sequence run by `calls` from start_of(n, initial_state, previous final state)."""
+    outs, finals, previous = [], [], None
+    for n, (t0, t1) in enumerate(_sequences(cu_seqlens)):
+        h0 = start_of(n, initial_state, previous)
+        o, ht = calls(r[:, t0:t1], k[:, t0:t1], v[:, t0:t1], w[:, t0:t1], u, initial_state=h0,
+                      output_final_state=True, **kw)
+        outs.append(o)
+        finals.append(ht)
+        previous = ht
+    return torch.cat(outs, 1), torch.cat(finals, 0) if output_final_state else None
+
+
+def _own_start(n, initial_state, previous):
+    return None if initial_state is None else initial_state[n:n + 1]
+
+
+def packed_like(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+    """Correct: each sequence from its own initial state."""
+    if cu_seqlens is None:
+        return baseline_like(r, k, v, w, u, scale=scale, initial_state=initial_state,
+                             output_final_state=output_final_state)
+    return _packed(r, k, v, w, u, cu_seqlens, initial_state, output_final_state, _own_start, scale=scale)
+
+
+def packed_state_crosses_boundaries(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                                    cu_seqlens=None):
+    """Every sequence after the first starts from the previous one's final state, not its own."""
+    def start(n, initial_state, previous):
+        return _own_start(n, initial_state, previous) if n == 0 else previous
+    return _packed(r, k, v, w, u, cu_seqlens, initial_state, output_final_state, start, scale=scale)
+
+
+def packed_length_one_zeroed(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                             cu_seqlens=None):
+    """A sequence of one token gets o = 0 (a kernel whose loop never runs for it)."""
+    o, ht = packed_like(r, k, v, w, u, scale, initial_state, output_final_state, cu_seqlens)
+    keep = torch.ones_like(o)
+    for t0, t1 in _sequences(cu_seqlens):
+        if t1 - t0 == 1:
+            keep[:, t0] = 0
+    return o * keep, ht
+
+
+def packed_boundary_one_late(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                             cu_seqlens=None):
+    """Every boundary inside the row read one token late."""
+    shifted = cu_seqlens.clone()
+    shifted[1:-1] += 1
+    return packed_like(r, k, v, w, u, scale, initial_state, output_final_state, shifted)
+
+
+def packed_not_implemented(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                           cu_seqlens=None):
+    if cu_seqlens is not None:
+        raise NotImplementedError("cu_seqlens is not supported")
+    return baseline_like(r, k, v, w, u, scale=scale, initial_state=initial_state,
+                         output_final_state=output_final_state)
+
+
+def packed_path_in_bf16(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                        cu_seqlens=None):
+    """Right when called per sequence; its packed path rounds o to bf16."""
+    o, ht = packed_like(r, k, v, w, u, scale, initial_state, output_final_state, cu_seqlens)
+    return (o.to(torch.bfloat16).to(o.dtype) if cu_seqlens is not None else o), ht
+
+
+def raises_not_implemented(r, k, v, w, u, **kw):
+    raise NotImplementedError("planted: not implemented")
+
+
+def gate_rounded_to_activations(r, k, v, w, u, **kw):
+    """A float32 gate read in the activations' dtype (bf16 beside bf16 r, k, v)."""
+    return baseline_like(r, k, v, w.to(r.dtype), u, **kw)

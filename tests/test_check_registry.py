@@ -11,7 +11,7 @@ from tests.planted import CPU, SPEC, case, impl
 
 
 def test_every_registered_check_is_named_and_has_its_own_module():
-    assert checks.EXTRA_CHECKS == ("inputs", "determinism", "segments", "options", "layer")
+    assert checks.EXTRA_CHECKS == ("inputs", "determinism", "segments", "packing", "options", "layer")
     for check in checks.REGISTRY:
         assert check.rows.__module__ == f"harness.checks.{check.name}"
 
@@ -46,4 +46,5 @@ def test_the_goldens_fingerprint_leaves_the_checks_and_the_runner_out():
     fingerprinted = golden_cache.FINGERPRINTED
     assert not any(path.startswith(("harness/checks", "harness/runner")) for path in fingerprinted)
     assert set(fingerprinted) == {"harness/inputs.py", "harness/execution.py", "harness/goldens.py",
+                                  "harness/packing.py", "harness/cases.py", "harness/declaration.py",
                                   "references"}

@@ -18,6 +18,8 @@ BAD_SWEEP_OPTIONS = {
     "--impl other=a:b": "does not have", "--impl chunk=no_such_module_x:f": "cannot import",
     "--impl chunk=tests.implementations:nope": "no function", "--T 0": "positive", "--T a": "--T",
     "--gate medium": "unknown gate", "--checks speed": "unknown check 'speed'",
+    "--varlen ragged": "unknown varlen 'ragged'", "--option normalize": "unknown option 'normalize' of rwkv6",
+    "--dtype bf16-fp16gates": "unknown dtype",
 }
 USAGE_ERRORS = [("sweep --op nope", "unknown op 'nope'"), ("sweep", "--op"), ("", "command"),
                 *((f"sweep --op rwkv6 {words}", needle) for words, needle in BAD_SWEEP_OPTIONS.items())]

@@ -84,3 +84,34 @@ def test_the_gate_writes_the_toy_ops_baseline_and_passes_it_unchanged(toy, tmp_p
     assert main([*common, "--out", str(tmp_path / "second"), "--summary", str(summary)]) == 0
     text = summary.read_text()
     assert "**PASS**" in text.splitlines()[0] and f"{len(baseline)} same" in text, text
+
+
+def test_an_option_reaches_the_reference_and_the_kernels_and_is_checked_both_ways(toy):
+    """The toy op's option (decay_scale=2.0, a keyword of its calls) as a case of its own, as rows of
+    the options check on a core case, and as a SKIP for an implementation without the keyword."""
+    impls = [Implementation(v, "ours", toy.variant_fn(v)) for v in toy.variants]
+    faster = dataclasses.replace(CASE, option="faster")
+    rows = run_case(toy, faster, impls, torch.device(DEVICE), checks=["segments"])
+    assert rows and all(r["verdict"] == "PASS" and r["option"] == "faster" for r in rows)
+    assert {r["check"] for r in rows} >= {"golden", "segments"}
+    core = run_case(toy, CASE, impls[:1], torch.device(DEVICE), checks=["options"])
+    labelled = {r["tensor"] for r in core if r["check"] == "options" and r["tensor"].endswith("(faster)")}
+    assert labelled == {"o (faster)", "ht (faster)", "dq (faster)", "dk (faster)", "dv (faster)", "dh0 (faster)"}
+    assert all(r["verdict"] == "PASS" and r["case_id"] == CASE.case_id for r in core)
+    plain = Implementation("chunk", "tests.toy_op:chunk_toy_decay_without_options",
+                           toy_op.chunk_toy_decay_without_options)
+    skipped = run_case(toy, faster, [plain], torch.device(DEVICE), checks=[])
+    assert [(r["verdict"], r["message"]) for r in skipped] == [
+        ("SKIP", "the implementation does not take decay_scale, which this case needs")]
+    skipped = [r for r in run_case(toy, CASE, [plain], torch.device(DEVICE), checks=["options"])
+               if r["verdict"] == "SKIP"]
+    assert [r["message"] for r in skipped] == [
+        "with faster: the implementation does not take decay_scale, which this case needs"]
+
+
+def test_an_option_the_sweep_asks_for_runs_where_declared_and_is_a_usage_error_elsewhere(toy, tmp_path):
+    assert main(["sweep", "--op", "gla", "--option", "faster", "--preset", "smoke", "--out", str(tmp_path / "x")]) == 2
+    assert main(["sweep", "--op", "toy_decay", "--option", "none,faster", "--preset", "smoke",
+                 "--checks", "none", "--out", str(tmp_path / "s"), "--no-golden-cache"]) == 0
+    rows = pd.read_csv(tmp_path / "s" / "results.csv")
+    assert set(rows["option"]) == {"none", "faster"} and (rows["verdict"] == "PASS").all()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from fla_kernels.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
-from harness.declaration import QKV, OpSpec
+from harness.declaration import QKV, OpSpec, OptionSpec
 from references.simple_gla import simple_gla_chunked
 
 GAMMA = -0.125   # the log decay of every step: a power of two, so no dtype rounds it
@@ -23,13 +23,16 @@ OP = OpSpec(
               "fused_recurrent": "tests.toy_op:fused_recurrent_toy_decay"},
     reference_loop="tests.toy_op:toy_decay_recurrent",
     reference_chunked="tests.toy_op:toy_decay_chunked",
+    # an option the toy op's calls take as a keyword: the decay of every step doubled
+    options={"faster": OptionSpec("the log decay doubled", kwargs={"decay_scale": 2.0})},
 )
 
 
 def _with_constant_gate(fn, gamma=GAMMA):
     """fn(q, k, v, g, ...) as the toy op's fn(q, k, v, ...), g = gamma everywhere."""
-    def call(q, k, v, scale=None, initial_state=None, output_final_state=False, **options):
-        g = torch.full(q.shape[:3], gamma, dtype=q.dtype, device=q.device)
+    def call(q, k, v, scale=None, initial_state=None, output_final_state=False, decay_scale=1.0,
+             **options):
+        g = torch.full(q.shape[:3], gamma * decay_scale, dtype=q.dtype, device=q.device)
         return fn(q, k, v, g, scale=scale, initial_state=initial_state,
                   output_final_state=output_final_state, **options)
     call.__name__ = f"{fn.__name__}_with_constant_gate"
@@ -43,12 +46,19 @@ toy_decay_chunked = _with_constant_gate(simple_gla_chunked)
 chunk_toy_decay_wrong_gamma = _with_constant_gate(chunk_simple_gla, GAMMA * (1 - 2.0 ** -8))
 
 
-def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False):
+def chunk_toy_decay_without_options(q, k, v, scale=None, initial_state=None, output_final_state=False):
+    """The chunk kernel as a library that has no options would ship it."""
+    return chunk_toy_decay(q, k, v, scale=scale, initial_state=initial_state,
+                           output_final_state=output_final_state)
+
+
+def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                        decay_scale=1.0):
     """The definition, step by step (float64 in, float64 out)."""
     B, T, H, K = q.shape
     scale = K ** -0.5 if scale is None else scale
     S = q.new_zeros(B, H, K, v.shape[-1]) if initial_state is None else initial_state
-    decay = torch.exp(torch.tensor(GAMMA, dtype=q.dtype))
+    decay = torch.exp(torch.tensor(GAMMA * decay_scale, dtype=q.dtype))
     outputs = []
     for t in range(T):
         S = decay * S + k[:, t, :, :, None] * v[:, t, :, None, :]

@@ -11,8 +11,8 @@ class CaseContext:
     returns (`names`); `against_golden(out, name, references=None)`, the metrics of one tensor
     against the case's golden and baseline or other `references`; `references_for(label,
     options, **known)`, the golden and baseline of the case run with `options` (computed once per
-    label); `run(impl, **options)`, one forward and backward (an `Execution`); `row(impl, check,
-    tensor, **fields)`, a result row."""
+    label); `run(impl, wrap=None, **options)`, one forward and backward (an `Execution`) of
+    impl's function or of `wrap(function)`; `row(impl, check, tensor, **fields)`, a result row."""
     spec: object
     case: object
     inputs: object
@@ -22,6 +22,12 @@ class CaseContext:
     references_for: Callable
     run: Callable
     row: Callable
+    golden: dict = None        # tensor -> the float64 golden
+    baseline: dict = None      # tensor -> the same-dtype baseline
+    dtypes: dict = None        # tensor -> the dtype the contract promises
+    tolerances: dict = None    # tensor -> its Tolerance
+    derive: Callable = None    # derive(case): the context of another case of the op (an option)
+    agreement: Callable = None  # agreement(name, side_a, side_b, a, b): two runs' tensor compared
 
 
 @dataclass(frozen=True)

@@ -135,4 +135,5 @@ def rows(ctx, impl, execution) -> list[dict]:
 
 
 CHECK = Check("layer", rows, group=("op", "dtype", "T"),
-              applies=lambda ctx, impl: ctx.spec.layer is not None)
+              applies=lambda ctx, impl: ctx.spec.layer is not None and not ctx.case.packed
+              and ctx.case.option == "none")

@@ -1,0 +1,93 @@
+"""Packed variable-length batches, as the library takes them for training: the sequences of
+unequal lengths a packed case cuts its tokens into (`cu_seqlens`, int32 [N + 1], B = 1), and
+any function of the op run on packed inputs sequence by sequence, each sequence its own call
+(how the references take packed cases, and the plain run the packing check compares with)."""
+from __future__ import annotations
+
+import functools
+import re
+
+import torch
+
+CHUNK = 64   # the production kernels' chunk: where a boundary inside a chunk and a long sequence matter
+
+
+def sequence_lengths(total: int, gen: torch.Generator) -> list[int]:
+    """The lengths of the sequences of a packed case of `total` tokens, drawn from `gen`: one of
+    length 1, one longer than a chunk where `total` leaves room for it, the rest of random unequal
+    lengths (so boundaries fall inside chunks), in random order."""
+    if total <= 2:
+        return [1] * total
+    lengths, left = [1], total - 1
+    if left > CHUNK + 1:
+        long = CHUNK + 1 + _draw(gen, (left - CHUNK - 1) // 2)
+        lengths.append(long)
+        left -= long
+    while left > 0:   # at most five sequences: the fifth takes what is left
+        n = left if len(lengths) == 4 else 1 + _draw(gen, left - 1)
+        lengths.append(n)
+        left -= n
+    order = torch.randperm(len(lengths), generator=gen).tolist()
+    return [lengths[i] for i in order]
+
+
+def _draw(gen: torch.Generator, high: int) -> int:
+    """An integer in [0, high]."""
+    return int(torch.randint(0, high + 1, (1,), generator=gen))
+
+
+def cu_seqlens_of(lengths: list[int], device) -> torch.Tensor:
+    """The cumulative starts [0, l0, l0 + l1, ..., total], int32, as the library takes them."""
+    starts = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32)
+    return starts.to(device)
+
+
+def per_sequence(fn, spec):
+    """`fn`, a function of the op on batches of whole sequences, as one that takes packed inputs
+    (`cu_seqlens`, B = 1, states [N, ...]): it calls `fn` once per sequence (B = 1, that sequence's
+    tokens and initial state) and packs what the calls return (o along T, final states along N).
+    Inputs without a time axis (rwkv6's u) go to every call whole."""
+    sequence_inputs = spec.sequence_inputs()
+    names = [s.name for s in spec.inputs]
+    single = len(spec.states) == 1
+
+    @functools.wraps(fn)
+    def packed(*args, cu_seqlens, initial_state=None, output_final_state=False, **kwargs):
+        bounds = cu_seqlens.tolist()
+        outputs, finals = [], []
+        for n, (t0, t1) in enumerate(zip(bounds, bounds[1:])):
+            pieces = [x[:, t0:t1] if name in sequence_inputs and x is not None else x
+                      for name, x in zip(names, args)]
+            h0 = None
+            if initial_state is not None:
+                h0 = initial_state[n:n + 1] if single else tuple(s[n:n + 1] for s in initial_state)
+            o, final = fn(*pieces, initial_state=h0, output_final_state=output_final_state, **kwargs)
+            outputs.append(o)
+            finals.append((final,) if single else final)
+        o = torch.cat(outputs, dim=1)
+        if not output_final_state:
+            return o, None
+        stacked = tuple(torch.cat(parts, dim=0) for parts in zip(*finals))
+        return o, stacked[0] if single else stacked
+
+    return packed
+
+
+_PACKED_ROW_PLACE = re.compile(r"\(b=0, t=(\d+)([^)]*)\)")
+
+
+def name_sequences(metrics: dict, bounds: list[int] | None) -> dict:
+    """`metrics` with each place in the packed row ("(b=0, t=87, h=1)", in `first_bad` and the
+    message) named by its sequence ("(sequence 2 of 4: t=17 of 70, h=1)"), so a failing row
+    says which sequence went wrong; unchanged when not packed (`bounds` None)."""
+    if not bounds:
+        return metrics
+
+    def named(match):
+        t = int(match.group(1))
+        n = max(i for i, start in enumerate(bounds[:-1]) if start <= t)
+        return (f"(sequence {n} of {len(bounds) - 1}: t={t - bounds[n]} of {bounds[n + 1] - bounds[n]}"
+                f"{match.group(2)})")
+
+    return {k: _PACKED_ROW_PLACE.sub(named, v) if k in ("first_bad", "message") and isinstance(v, str) else v
+            for k, v in metrics.items()}
