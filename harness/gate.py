@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from fla_kernels.utils import interpreting
+from harness.registry import get_op
 from reports.schema import BASELINE_COLUMNS
 
 BASELINE_DIR = Path(__file__).resolve().parent.parent / "baselines"
@@ -36,7 +37,7 @@ class GateConfig:
     growth_factor: float
     ratio_floor: float
     noise_roundings: float  # roundings of the golden a correct kernel's err moves by between machines
-    suites: dict            # device class -> {sweep option: value(s)}
+    suites: dict            # device class -> {sweep option: value(s)}, or a list of them (parts)
 
     @classmethod
     def load(cls, directory: Path = BASELINE_DIR) -> "GateConfig":
@@ -57,11 +58,14 @@ class GateConfig:
         mine = (self.growth_factor, self.ratio_floor, self.noise_roundings)
         return tuple(m if g is None else g for g, m in zip(given, mine))
 
-    def suite(self, device_class: str) -> dict:
+    def suite(self, device_class: str) -> list[dict]:
+        """The sweeps of a device class's suite: one grid, or several whose cases together make
+        the suite (a grid each, so no product of every axis with every other)."""
         if device_class not in self.suites:
             raise GateSetupError(f"baselines/gate.json has no suite for device class '{device_class}'; "
                                  f"it has {', '.join(sorted(self.suites))}")
-        return self.suites[device_class]
+        suite = self.suites[device_class]
+        return suite if isinstance(suite, list) else [suite]
 
 
 def device_class() -> str:
@@ -93,35 +97,44 @@ def baseline_paths(directory: Path, device_class: str, ops) -> dict:
     return paths
 
 
+def op_suite(op: str, suite: dict) -> dict:
+    """The suite as one op's sweep takes it: of its "option" values, "none" and the op's own."""
+    if "option" not in suite:
+        return suite
+    own = get_op(op).all_options()
+    return {**suite, "option": [o for o in suite["option"] if o == "none" or o in own]}
+
+
 def sweep_command(op: str, suite: dict, out: Path, impls=(), cache_args=()) -> list[str]:
-    command = [sys.executable, "-m", "harness", "sweep", "--op", op, *suite_arguments(suite),
+    command = [sys.executable, "-m", "harness", "sweep", "--op", op, *suite_arguments(op_suite(op, suite)),
                "--out", str(out), "--quiet", *cache_args]
     for impl in impls:
         command += ["--impl", impl]
     return command
 
 
-def run_sweeps(ops, suite: dict, out_dir: Path, impls=(), jobs: int = 1, cache_args=(),
-               echo=print) -> dict:
-    """Sweep each op in its own process, `jobs` at a time; op -> (results CSV, exit code). Each
-    sweep's output goes to <out_dir>/<op>/sweep.log; a line is printed as each op finishes."""
-    def one(op):
-        folder = out_dir / op
+def run_sweeps(ops, suite: list[dict], out_dir: Path, impls=(), jobs: int = 1, cache_args=(),
+               echo=print) -> list[tuple]:
+    """Sweep each op in its own process per part of the suite, `jobs` at a time; [(op, results
+    CSV, exit code)]. Each sweep's output goes to <out_dir>/<op>[/part<i>]/sweep.log; a line is
+    printed as each finishes."""
+    def one(op, i):
+        folder = out_dir / op / (f"part{i}" if len(suite) > 1 else "")
         folder.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
         with open(folder / "sweep.log", "w") as log:
-            code = subprocess.run(sweep_command(op, suite, folder, impls, cache_args), stdout=log,
+            code = subprocess.run(sweep_command(op, suite[i], folder, impls, cache_args), stdout=log,
                                   stderr=subprocess.STDOUT).returncode
         return op, folder / "results.csv", code, time.perf_counter() - start
 
-    finished = {}
+    finished = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(one, op) for op in ops]
+        futures = [pool.submit(one, op, i) for op in ops for i in range(len(suite))]
         for n, future in enumerate(as_completed(futures), 1):
             op, csv_path, code, wall = future.result()
-            finished[op] = (csv_path, code)
+            finished.append((op, csv_path, code))
             state = {0: "every row passed", 1: "rows failed"}.get(code, f"the sweep exited {code}")
-            echo(f"[{n}/{len(ops)}] {op}: {state}, {wall:.0f} s (log {csv_path.parent / 'sweep.log'})",
+            echo(f"[{n}/{len(futures)}] {op}: {state}, {wall:.0f} s (log {csv_path.parent / 'sweep.log'})",
                  flush=True)
     return finished
 
@@ -229,8 +242,8 @@ def run_gate(args, plan_check, echo=print) -> int:
         echo(f"sweeping {len(selection.ops)} op(s), {args.jobs} at a time, into {out}", flush=True)
         cache_args = ["--no-golden-cache"] if args.no_golden_cache else []
         finished = run_sweeps(selection.ops, suite, out, args.impl, args.jobs, cache_args, echo)
-        crashed = [(op, code) for op, (_, code) in finished.items() if code not in (0, 1)]
-        candidate = read_results([p for p, _ in finished.values() if p.exists()])
+        crashed = [(op, code) for op, _, code in finished if code not in (0, 1)]
+        candidate = read_results([p for _, p, _ in finished if p.exists()])
     if args.update_baseline:
         written = write_baseline(candidate, directory, klass, machine())
         bad = candidate["verdict"].isin(["FAIL", "ERROR"])

@@ -171,3 +171,15 @@ def test_an_earlier_gate_run_is_kept_unless_forced(gate_dir, tmp_path, capsys):
     code, _ = gate(gate_dir, tmp_path, *results)
     assert code == 2 and "already holds a run" in capsys.readouterr().err
     assert gate(gate_dir, tmp_path, *results, "--force")[0] == 0
+
+
+def test_a_suite_of_several_grids_gates_the_cases_of_all_of_them(tmp_path):
+    """Two grids, the second with an option only other ops have (each op takes the options it has)."""
+    parts = [SUITE, {**SUITE, "dtype": ["fp32"], "option": ["none", "normalize"], "varlen": ["packed"]}]
+    (tmp_path / "gate.json").write_text(json.dumps({"growth_factor": 2.0, "ratio_floor": 0.05,
+                                                    "noise_roundings": 4, "suites": {"cpu": parts}}))
+    assert main(["gate", "--op", "rwkv6", "--baseline-dir", str(tmp_path), "--device-class", "cpu",
+                 "--update-baseline", "--out", str(tmp_path / "first")]) == 0
+    rows = pd.read_csv(tmp_path / "cpu" / "rwkv6.csv")
+    assert set(rows["case_id"]) == {CASE, CASE.replace("bf16", "fp32") + "-packed"}
+    assert (tmp_path / "first" / "rwkv6" / "part1" / "sweep.log").exists()
