@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from harness.cases import EXTREME_GATE, GATES, Case
 from harness.declaration import OpSpec
-from harness.packing import cu_seqlens_of, sequence_lengths
+from harness.packing import cu_seqlens_of, sequence_count, sequence_lengths
 
 
 @dataclass
@@ -44,8 +44,8 @@ def _generator(case: Case) -> torch.Generator:
 def packed_lengths(case: Case, gen: torch.Generator | None = None) -> list[int]:
     """The sequence lengths of a packed case (`sequence_lengths`), from a generator of their own
     seeded from the case's (or `gen`'s), so the tensors drawn are the unpacked case's in one row."""
-    seed = (_generator(case) if gen is None else gen).initial_seed() + 1
-    return sequence_lengths(case.B * case.T, torch.Generator().manual_seed(seed))
+    own = torch.Generator().manual_seed((_generator(case) if gen is None else gen).initial_seed() + 1)
+    return sequence_lengths(case.B * case.T, sequence_count(case.B, own), own)
 
 
 def make_inputs(spec: OpSpec, case: Case, device, generator: torch.Generator | None = None) -> CaseInputs:

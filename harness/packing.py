@@ -12,21 +12,29 @@ import torch
 CHUNK = 64   # the production kernels' chunk: where a boundary inside a chunk and a long sequence matter
 
 
-def sequence_lengths(total: int, gen: torch.Generator) -> list[int]:
-    """The lengths of the sequences of a packed case of `total` tokens, drawn from `gen`: one of
-    length 1, one longer than a chunk where `total` leaves room for it, the rest of random unequal
-    lengths (so boundaries fall inside chunks), in random order."""
-    if total <= 2:
-        return [1] * total
-    lengths, left = [1], total - 1
-    if left > CHUNK + 1:
-        long = CHUNK + 1 + _draw(gen, (left - CHUNK - 1) // 2)
-        lengths.append(long)
-        left -= long
-    while left > 0:   # at most five sequences: the fifth takes what is left
-        n = left if len(lengths) == 4 else 1 + _draw(gen, left - 1)
-        lengths.append(n)
-        left -= n
+def sequence_count(B: int, gen: torch.Generator) -> int:
+    """How many sequences a packed case of B rows cuts its tokens into: B and one to four more,
+    so that a packed batch has more sequences than the plain one has rows."""
+    return B + 1 + _draw(gen, 3)
+
+
+def sequence_lengths(total: int, count: int, gen: torch.Generator) -> list[int]:
+    """The lengths of `count` sequences (fewer if `total` is shorter) of a packed case of `total`
+    tokens, drawn from `gen`: one of length 1, one longer than a chunk where `total` leaves room
+    for it, the others of random unequal lengths (so boundaries fall inside chunks), in random
+    order."""
+    count = min(count, total)
+    if count == 1:
+        return [total]
+    fixed, left, others = [1], total - 1, count - 1
+    room = left - (others - 1)          # what the long one may take, the others keeping a token each
+    if others > 1 and room > CHUNK + 1:
+        long = CHUNK + 1 + _draw(gen, (room - CHUNK - 1) // 2)
+        fixed.append(long)
+        left, others = left - long, others - 1
+    cuts = sorted((torch.randperm(left - 1, generator=gen)[:others - 1] + 1).tolist())
+    rest = [b - a for a, b in zip([0, *cuts], [*cuts, left])]
+    lengths = fixed + rest
     order = torch.randperm(len(lengths), generator=gen).tolist()
     return [lengths[i] for i in order]
 

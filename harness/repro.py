@@ -52,7 +52,7 @@ _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
 # forward and backward, and the golden and baseline; the script builds SPEC and CASE from them.
 _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.OptionSpec, declaration.Symbol,
                 declaration.LayerSpec, declaration.OpSpec, declaration.load_function, cases.Case,
-                packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
+                packing.sequence_count, packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
                 inputs.CaseInputs, inputs._generator, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
                 execution.execute, execution.describe_error, goldens.golden_and_baseline)

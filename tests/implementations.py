@@ -262,11 +262,12 @@ def packed_length_one_zeroed(r, k, v, w, u, scale=None, initial_state=None, outp
     return o * keep, ht
 
 
-def packed_boundary_one_late(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
-                             cu_seqlens=None):
-    """Every boundary inside the row read one token late."""
+def packed_boundary_one_early(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                              cu_seqlens=None):
+    """The end of the longest sequence read one token early (its last token starts the next)."""
     shifted = cu_seqlens.clone()
-    shifted[1:-1] += 1
+    longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).argmax())
+    shifted[longest + 1] -= 1
     return packed_like(r, k, v, w, u, scale, initial_state, output_final_state, shifted)
 
 
