@@ -72,7 +72,7 @@ class Case:
         return asdict(self)
 
 
-# Axes of each preset; "KV" pairs head dims (8 and sizes that are not powers of two, below 16
+# Axes of each preset (or of each of its "grids"); "KV" pairs head dims (8 and sizes that are not powers of two, below 16
 # where `tl.dot` stops, as users' heads are); T = 1 with H > 1 is a decode step. A sweep is the
 # product of the axes; every preset calls the op's core call on unpacked batches ("varlen" and
 # "option" are "none") unless a sweep asks for more.
@@ -93,6 +93,14 @@ PRESETS = {
         "description": "long sequences (golden from the chunked float64 form)",
         "B": [1], "T": [16384, 43884, 65536], "H": [1], "KV": [(64, 64)],
         "h0": ["none", "grad"], "gate": ["normal", "strong"],
+    },
+    "limits": {
+        "description": "GPU: past the hardware's limits: more than 65535 programs on a grid axis (B x H, "
+                       "N x H packed), flat offsets past 2^31 elements (chunk states; golden on a sample)",
+        "grids": [
+            {"B": [4096], "T": [32], "H": [32], "KV": [(16, 16)], "h0": ["grad"], "gate": ["normal"]},
+            {"B": [16], "T": [65536], "H": [8], "KV": [(128, 128)], "h0": ["grad"], "gate": ["normal"]},
+        ],
     },
     "smoke": {
         "description": "one tiny case, to see that everything runs",
@@ -115,15 +123,16 @@ def expand(spec, dtypes, preset: str, overrides: dict, seed: int) -> list[Case]:
     """
     if preset not in PRESETS:
         raise ValueError(f"unknown preset '{preset}'; known presets: {', '.join(PRESETS)}.")
-    axes = {a: PRESETS[preset].get(a, CALL_AXES.get(a)) for a in AXES}
-    axes.update({name: symbol.presets[preset] for name, symbol in spec.symbols.items()})
-    axes.update({a: v for a, v in overrides.items() if v and a in axes})
-    axes["option"] = [o for o in axes["option"] if o == "none" or o in spec.all_options()]
-    names = list(axes)
     cases = []
-    for dtype in dtypes:
-        for values in itertools.product(*axes.values()):
-            point = dict(zip(names, values))
-            K, V = point.pop("KV")
-            cases.append(Case(op=spec.name, dtype=dtype, K=K, V=V, seed=seed, **point))
+    for grid in PRESETS[preset].get("grids", [PRESETS[preset]]):
+        axes = {a: grid.get(a, CALL_AXES.get(a)) for a in AXES}
+        axes.update({name: symbol.presets[preset] for name, symbol in spec.symbols.items()})
+        axes.update({a: v for a, v in overrides.items() if v and a in axes})
+        axes["option"] = [o for o in axes["option"] if o == "none" or o in spec.all_options()]
+        names = list(axes)
+        for dtype in dtypes:
+            for values in itertools.product(*axes.values()):
+                point = dict(zip(names, values))
+                K, V = point.pop("KV")
+                cases.append(Case(op=spec.name, dtype=dtype, K=K, V=V, seed=seed, **point))
     return cases

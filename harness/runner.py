@@ -19,6 +19,7 @@ from harness.goldens import golden_and_baseline
 from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_sums, compare_to_golden, compare_variants
 from harness.packing import name_sequences
+from harness.sampling import choose_sample
 from harness.declaration import OpSpec, load_function
 from harness.tolerance import tolerance_for
 
@@ -57,28 +58,48 @@ def contract_dtypes(spec: OpSpec, case: Case, inputs: CaseInputs) -> dict:
     return dtypes
 
 
+def tensor_shapes(spec: OpSpec) -> dict:
+    """The symbolic shape of every tensor a run returns: o, the final states, the gradients."""
+    shapes = {"o": ("B", "T", "H", "V"), **{"d" + s.name: s.shape for s in spec.inputs}}
+    for state in spec.states:
+        shapes[state.name + "t"] = shapes["d" + state.name + "0"] = state.shape
+    return shapes
+
+
 def _seq_layout(spec: OpSpec, tensor: str) -> bool:
-    if tensor == "o":
-        return True
-    shapes = {"d" + s.name: s.shape for s in spec.inputs}
-    return shapes.get(tensor, ())[:3] == ("B", "T", "H")
+    return tuple(tensor_shapes(spec).get(tensor, ())[:3]) == ("B", "T", "H")
+
+
+UNSAMPLED = ("a parameter shared by every batch row and sequence has no golden on a sample of them "
+             "(the case is too large for a whole float64 golden)")
 
 
 def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
     """The case's inputs, golden and baseline (through `cache`), tolerances, and what the checks
     call on them (`CaseContext`); raises what drawing the inputs or the references raise."""
     spec = spec.under(case.option)
-    inputs = make_inputs(spec, case, device)
+    full = make_inputs(spec, case, device)
+    sample = choose_sample(spec, case, full)
+    inputs = full if sample is None else sample.inputs(spec, full)   # what the references take
     golden, baseline = golden_and_baseline(spec, case, inputs, cache)
-    names = expected_tensors(spec, case)
+    shapes = tensor_shapes(spec)
+    expected = expected_tensors(spec, case)
+    names = [n for n in expected if sample is None or shapes[n][:2] in (("B", "T"), ("B", "H"))]
     dtypes = contract_dtypes(spec, case, inputs)
     tolerances = {name: tolerance_for(case.op, name, case.activation_dtype, inputs.longest,
                                       DTYPE_NAMES[dtypes[name]]) for name in names}
 
+    def take(name, out):
+        """The part of a result that the golden covers: all of it, or the sample's."""
+        x = out.get(name)
+        return x if sample is None else sample.take(shapes[name], x)
+
     def against_golden(out, name, references=None):
         gold, base = references or (golden, baseline)
-        metrics = compare_to_golden(out.get(name), gold[name], base[name], tolerances[name],
+        metrics = compare_to_golden(take(name, out), gold[name], base[name], tolerances[name],
                                     _seq_layout(spec, name), dtypes[name])
+        if sample is not None and metrics.get("message"):
+            metrics["message"] += f" (golden on a sample: {sample.describe(case.packed)})"
         return name_sequences(metrics, inputs.bounds)
 
     option_references = {"one call": (golden, baseline)}
@@ -90,13 +111,14 @@ def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
         return option_references[label]
 
     def run(impl, wrap=None, **options):
-        return _timed_run(wrap(impl.fn) if wrap else impl.fn, spec, case, inputs, device, **options)
+        return _timed_run(wrap(impl.fn) if wrap else impl.fn, spec, case, full, device, **options)
 
-    context = CaseContext(spec, case, inputs, device, names, against_golden, references_for, run,
+    context = CaseContext(spec, case, full, device, names, against_golden, references_for, run,
                        row=functools.partial(_row, case), golden=golden, baseline=baseline,
                        dtypes=dtypes, tolerances=tolerances,
                        derive=lambda other: case_context(spec, other, device, cache),
-                       agreement=lambda *sides: agreement(context, *sides))
+                       agreement=lambda *sides: agreement(context, *sides), take=take, sample=sample,
+                       unsampled=[n for n in expected if n not in names], reference_inputs=inputs)
     return context
 
 
@@ -154,10 +176,12 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             metrics = against_golden(run.result, name)
             goldens[(impl.variant, name)] = metrics
             rows.append(_row(case, impl, "golden", name, wall_s=wall, **metrics))
+        rows += [_row(case, impl, "golden", name, verdict="SKIP", message=UNSAMPLED)
+                 for name in context.unsampled]
         for name in names:
             if _seq_layout(spec, name) and name != "o":
                 rows += [_row(case, impl, "aggregate", f"{name} (sum over {over})", **metrics)
-                         for over, metrics in compare_sums(run.result.get(name), golden[name],
+                         for over, metrics in compare_sums(context.take(name, run.result), golden[name],
                                                            baseline[name], context.tolerances[name],
                                                            context.dtypes[name], case.B * case.H > 1)]
         for check in selected:
@@ -181,9 +205,9 @@ def agreement(context: CaseContext, name: str, side_a: dict, side_b: dict, a: di
     bounds (and floors and atols, the gate's noise model), `side_a` and `side_b`."""
     bound, floor, atol = (sum(side.get(k, math.nan) for side in (side_a, side_b))
                           for k in ("bound", "floor", "atol"))
-    metrics = compare_variants(a.get(name), b.get(name), context.golden[name], bound,
+    metrics = compare_variants(context.take(name, a), context.take(name, b), context.golden[name], bound,
                                _seq_layout(context.spec, name), floor, atol)
-    return name_sequences(metrics, context.inputs.bounds)
+    return name_sequences(metrics, context.reference_inputs.bounds)
 
 
 def _timed_run(fn, spec, case, inputs, device, **options) -> Execution:

@@ -293,3 +293,12 @@ def raises_not_implemented(r, k, v, w, u, **kw):
 def gate_rounded_to_activations(r, k, v, w, u, **kw):
     """A float32 gate read in the activations' dtype (bf16 beside bf16 r, k, v)."""
     return baseline_like(r, k, v, w.to(r.dtype), u, **kw)
+
+
+def last_row_last_head_zeroed(r, k, v, w, u, scale=None, initial_state=None, output_final_state=False,
+                              cu_seqlens=None):
+    """o of the last batch row (or packed token) at the last head is 0: an offset that wrapped."""
+    o, ht = packed_like(r, k, v, w, u, scale, initial_state, output_final_state, cu_seqlens)
+    keep = torch.ones_like(o)
+    keep[-1, -1, -1] = 0
+    return o * keep, ht

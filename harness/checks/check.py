@@ -28,6 +28,10 @@ class CaseContext:
     tolerances: dict = None    # tensor -> its Tolerance
     derive: Callable = None    # derive(case): the context of another case of the op (an option)
     agreement: Callable = None  # agreement(name, side_a, side_b, a, b): two runs' tensor compared
+    take: Callable = None      # take(name, results): the part of a result the golden covers
+    sample: object = None      # the Sample the golden is on (harness/sampling.py), or None: whole
+    unsampled: list = None     # tensors a sampled golden cannot cover (parameters shared by rows)
+    reference_inputs: object = None   # the inputs the references took: `inputs`, or the sample's
 
 
 @dataclass(frozen=True)
