@@ -4,7 +4,8 @@
 for every variant fla has (each op's declaration lists them under `upstream`). fla's functions
 take our positional order and keywords; the only difference is linear attention, which fla
 normalises by default (`normalize=True` divides by the running sum of q k^T); the op defined here
-is the unnormalised one, so the adapters below pass `normalize=False`.
+is the unnormalised one, so the adapters below pass `normalize=False` unless the case's option
+asks for `normalize=True`.
 """
 from __future__ import annotations
 
@@ -32,12 +33,15 @@ def targets(name: str, op: str) -> dict:
 
 
 def _linear_attn(function: str):
-    def run(q, k, v, scale=None, initial_state=None, output_final_state=False):
+    def run(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=False,
+            cu_seqlens=None):
         fn = getattr(importlib.import_module("fla.ops.linear_attn"), function)
+        options = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         return fn(q, k, v, scale=scale, initial_state=initial_state,
-                  output_final_state=output_final_state, normalize=False)
+                  output_final_state=output_final_state, normalize=normalize, **options)
     run.__name__ = f"fla_{function}"
-    run.__doc__ = f"fla's {function} with normalize=False (the op as defined here)."
+    run.__doc__ = (f"fla's {function} with normalize=False unless asked (the op as defined here), "
+                   "cu_seqlens passed on when given.")
     return run
 
 
