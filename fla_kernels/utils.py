@@ -6,6 +6,9 @@ import os
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# the log-gate inputs: float32 beside 16-bit activations is allowed for them (layers compute gates
+# in float32), as upstream accepts it
+GATE_INPUTS = ("g", "w", "g_gamma")
 
 
 def interpreting() -> bool:
@@ -28,7 +31,8 @@ def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_sta
     ("BTHK" for [B, T, H, K]), one size per letter, set by the first input that has it (q sets
     B, T, H, K; v then V). optional: the names that may be None. states: the layout of
     initial_state, which may be None, or name -> layout where initial_state is a tuple of
-    states ({"hk": "BHKM", "hv": "BHMV"}).
+    states ({"hk": "BHKM", "hv": "BHMV"}); a digit in a layout is that size ("B1HK").
+    The inputs share one dtype, but a gate (`GATE_INPUTS`) may be float32 beside 16-bit ones.
     """
     sizes = {}
     first = None
@@ -52,9 +56,7 @@ def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_sta
         expected = tuple(sizes[letter] for letter in layout)
         if tuple(x.shape) != expected:
             raise ValueError(f"{op}: {name} has shape {tuple(x.shape)}; expected {expected} {_dims(layout)}.")
-    dtypes = {x.dtype for x in tensors.values() if x is not None}
-    if len(dtypes) > 1:
-        raise ValueError(f"{op}: inputs mix dtypes {sorted(str(d) for d in dtypes)}; pass one dtype.")
+    _check_dtypes(op, tensors)
     if first.device.type not in ("cuda", "cpu") or (first.device.type == "cpu" and not interpreting()):
         raise ValueError(f"{op}: inputs are on {first.device}; Triton kernels need a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors).")
@@ -63,6 +65,22 @@ def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_sta
     if sizes["T"] < 1:
         raise ValueError(f"{op}: the sequence is empty (T = 0); T must be at least 1.")
     return sizes
+
+
+def _check_dtypes(op: str, tensors: dict):
+    """One dtype for every input, except that a gate may be float32 beside 16-bit inputs."""
+    given = {name: x.dtype for name, x in tensors.items() if x is not None}
+    dtypes = {d for name, d in given.items() if not (name in GATE_INPUTS and d == torch.float32)}
+    if len(dtypes) > 1:
+        present = sorted(str(d) for d in set(given.values()))
+        named = " or ".join(name for name in given if name in GATE_INPUTS)
+        also = f" (only the gate, {named}, may be float32 beside 16-bit inputs)" if named else ""
+        raise ValueError(f"{op}: inputs mix dtypes {present}; pass one dtype{also}.")
+
+
+def _size(sizes: dict, letter: str) -> int:
+    """The size a layout letter stands for: a digit is itself."""
+    return int(letter) if letter.isdigit() else sizes[letter]
 
 
 def _check_states(op: str, initial_state, states, sizes: dict, device):
@@ -82,7 +100,7 @@ def _check_states(op: str, initial_state, states, sizes: dict, device):
     for label, s, layout in pairs:
         if not isinstance(s, torch.Tensor):
             raise ValueError(f"{op}: {label} must be a torch.Tensor, got {type(s).__name__}.")
-        expected = tuple(sizes[letter] for letter in layout)
+        expected = tuple(_size(sizes, letter) for letter in layout)
         if tuple(s.shape) != expected:
             raise ValueError(f"{op}: {label} has shape {tuple(s.shape)}; "
                              f"expected {expected} {_dims(layout)}.")

@@ -45,7 +45,10 @@ def implementations(spec: OpSpec, variants, external: dict) -> list[Implementati
 
 
 def expected_tensors(spec: OpSpec, case: Case) -> list[str]:
-    names = ["o"] + spec.final_state_names() + ["d" + s.name for s in spec.inputs if s.grad]
+    """o, the final states, the gradients of the inputs passed (and differentiable), dh0."""
+    spec = spec.under(case.option)
+    passed = [s for s in spec.inputs if s.grad and s.name not in spec.option_spec().without]
+    names = ["o"] + spec.final_state_names() + ["d" + s.name for s in passed]
     return names + (spec.initial_state_grad_names() if case.h0 == "grad" else [])
 
 

@@ -4,16 +4,18 @@ Per (batch, head), with M slots, a key state hk [K, M] and a value state hv [M, 
     hk_t = hk_{t-1} diag(exp(g_t)) + k_t^T s_t
     hv_t = diag(exp(g_t)) hv_{t-1} + s_t^T v_t
     o_t  = softmax(scale q_t hk_t) hv_t          (softmax over the M slots)
-The state is the pair (hk, hv), both as initial and as final state. Both functions take
-and return the public signature of the kernels and are differentiable in every input, the
-initial states included.
+The state is the pair (hk, hv), both as initial and as final state. With g = None (the
+ungated form) s sets its own decay, with z_t = log sum_{u <= t} exp(s_u) over the call:
+    s'_t = exp(s_t - z_t),   g_t = z_{t-1} - z_t (0 at the first token)
+and the recurrences run on (s', g). Both functions take and return the public signature of
+the kernels and are differentiable in every input, the initial states included.
 """
 from __future__ import annotations
 
 import torch
 
 from references.common import (chunk_inputs, chunked_scan, chunks_to_time, default_scale, map_chunk_groups,
-                               recurrent_loop, start_state)
+                               recurrent_loop, start_state, work_dtype_of)
 
 
 def _split_state(initial_state):
@@ -23,8 +25,17 @@ def _split_state(initial_state):
     return hk0, hv0
 
 
-def gsa_recurrent(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):
+def additive_gate(s):
+    """(s', g) of the ungated form from s [B, T, H, M], in s's dtype (see the module docstring)."""
+    z = torch.logcumsumexp(s, dim=1)
+    g = torch.cat([torch.zeros_like(z[:, :1]), z[:, :-1] - z[:, 1:]], dim=1)
+    return torch.exp(s - z), g
+
+
+def gsa_recurrent(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False):
     """Token-by-token loop in the inputs' dtype; autograd through it is linear in T."""
+    if g is None:
+        s, g = additive_gate(s)
     B, T, H, K = q.shape
     V, M = v.shape[-1], s.shape[-1]
     scale = default_scale(K, scale)
@@ -43,7 +54,7 @@ def gsa_recurrent(q, k, v, s, g, scale=None, initial_state=None, output_final_st
     return o, (states if output_final_state else None)
 
 
-def gsa_chunked(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False,
+def gsa_chunked(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False,
                 chunk_size=16, operand_dtype=None):
     """Chunked form: the same numbers as the loop, far faster for long T.
 
@@ -56,8 +67,12 @@ def gsa_chunked(q, k, v, s, g, scale=None, initial_state=None, output_final_stat
     that are <= 0 are ever exponentiated. `operand_dtype` rounds the operands of every
     matrix product to that dtype while gates, exponentials, the softmax, accumulations and
     the carried states stay in the working dtype (float64 for float64 inputs, float32
-    otherwise), as rwkv6_chunked does.
+    otherwise), as rwkv6_chunked does. With g = None, s' and g are taken in the working dtype and
+    s' is rounded to s's dtype, as a kernel in that dtype stores it.
     """
+    if g is None:
+        s_work, g = additive_gate(s.to(work_dtype_of(s.dtype)))
+        s = s_work.to(s.dtype)
     T, out_dtype = q.shape[1], q.dtype
     # [B, H, N, C, D], zero-padded at the end: zero gates with zero k, s, v leave both states as they are.
     scale, rnd, (q, k, v, s, g) = chunk_inputs((q, k, v, s, g), scale, chunk_size, operand_dtype)

@@ -3,9 +3,10 @@
 Per (batch, head), with state S of shape [K, V] and one log gate g_t per head and step:
     S_t = exp(g_t) S_{t-1} + k_t^T v_t
     o_t = scale * q_t S_t
-With g = None there is no decay: plain linear attention. Both functions take
-and return the public signature of the kernels and are differentiable in
-every input, the initial state included.
+With g = None there is no decay: plain linear attention. g_gamma [H], a constant
+log decay per head, stands for g (g_t = g_gamma at every step; not both). Both
+functions take and return the public signature of the kernels and are
+differentiable in every input, the initial state and g_gamma included.
 """
 from __future__ import annotations
 
@@ -15,10 +16,21 @@ from references.common import (chunk_inputs, chunked_scan, chunks_to_time, defau
                                recurrent_loop, start_state)
 
 
-def simple_gla_recurrent(q, k, v, g=None, scale=None, initial_state=None, output_final_state=False):
+def decay_gate(g, g_gamma, like):
+    """The gate [B, T, H] of every step: g, or g_gamma [H] repeated over `like`'s [B, T, H]."""
+    if g_gamma is None:
+        return g
+    if g is not None:
+        raise ValueError("pass g or g_gamma, not both")
+    return g_gamma.expand(like.shape[:3])
+
+
+def simple_gla_recurrent(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                         output_final_state=False):
     """Token-by-token loop in the inputs' dtype; autograd through it is linear in T."""
     B, T, H, K = q.shape
     scale = default_scale(K, scale)
+    g = decay_gate(g, g_gamma, q)
 
     def step(state, q_t, k_t, v_t, g_t):
         if g_t is not None:
@@ -30,8 +42,8 @@ def simple_gla_recurrent(q, k, v, g=None, scale=None, initial_state=None, output
     return o, (state if output_final_state else None)
 
 
-def simple_gla_chunked(q, k, v, g=None, scale=None, initial_state=None, output_final_state=False,
-                       chunk_size=16, operand_dtype=None):
+def simple_gla_chunked(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                       output_final_state=False, chunk_size=16, operand_dtype=None):
     """Chunked form: the same numbers as the loop, far faster for long T.
 
     Inside a chunk, with G the inclusive chunk-local cumulative log gate,
@@ -43,6 +55,7 @@ def simple_gla_chunked(q, k, v, g=None, scale=None, initial_state=None, output_f
     while the rest stays in the working dtype (`references.common.chunk_inputs`).
     """
     T, out_dtype = q.shape[1], q.dtype
+    g = decay_gate(g, g_gamma, q)
     scale, rnd, (q, k, v) = chunk_inputs((q, k, v), scale, chunk_size, operand_dtype)
     B, H, N, C, K = q.shape
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()

@@ -560,13 +560,14 @@ class ChunkGSAFunction(torch.autograd.Function):
         return gsa_grads(ctx, (q, k, v, s), (dq, dk, dv, ds), dg, (dhk0, dhv0), h0_dtypes)
 
 
-def chunk_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):
+def chunk_gsa(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False):
     """Chunked gated slot attention.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; s, g: [B, T, H, M] (g the log gate, <= 0); one dtype
-    (fp32, fp16 or bf16). initial_state: None or (hk [B, H, K, M], hv [B, H, M, V]) float32.
-    scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, (hk, hv) float32
-    or None); differentiable in every tensor.
+    (fp32, fp16 or bf16), but g may be float32 beside 16-bit inputs. g = None is the ungated
+    form: s sets its own decay (`ops/gsa/gate.py`). initial_state: None or (hk [B, H, K, M],
+    hv [B, H, M, V]) float32. scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the
+    inputs' dtype, (hk, hv) float32 or None); differentiable in every tensor.
     """
     return apply_gsa("chunk_gsa", ChunkGSAFunction, q, k, v, s, g, scale, initial_state,
                      output_final_state)

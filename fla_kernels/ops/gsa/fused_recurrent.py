@@ -42,6 +42,7 @@ from fla_kernels.ops.common import chunk_gate_grad
 from fla_kernels.ops.common.autograd import cast, needed
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.ops.gsa.gate import additive_gate
 from fla_kernels.precision import store_dtype
 from fla_kernels.utils import check_inputs
 
@@ -294,25 +295,29 @@ def gsa_grads(ctx, inputs, grads, dg, dh0, h0_dtypes):
     return needed(ctx, dq, dk, dv, ds, dg, None, dhk0, dhv0, None)
 
 
-def fused_recurrent_gsa(q, k, v, s, g, scale=None, initial_state=None, output_final_state=False):
+def fused_recurrent_gsa(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False):
     """Gated slot attention, token by token.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; s, g: [B, T, H, M] (g the log gate, <= 0); one dtype
-    (fp32, fp16 or bf16). initial_state: None or (hk [B, H, K, M], hv [B, H, M, V]) float32.
-    scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, (hk, hv) float32
-    or None); differentiable in every tensor.
+    (fp32, fp16 or bf16), but g may be float32 beside 16-bit inputs. g = None is the ungated
+    form: s sets its own decay (`ops/gsa/gate.py`). initial_state: None or (hk [B, H, K, M],
+    hv [B, H, M, V]) float32. scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the
+    inputs' dtype, (hk, hv) float32 or None); differentiable in every tensor.
     """
     return apply_gsa("fused_recurrent_gsa", FusedRecurrentGSAFunction, q, k, v, s, g, scale,
                      initial_state, output_final_state)
 
 
 def apply_gsa(op, function, q, k, v, s, g, scale, initial_state, output_final_state):
-    """The public functions' shared body: check the arguments (ValueError before any launch), run
-    the autograd `function`, return (o, (hk, hv) or None)."""
+    """The public functions' shared body: check the arguments (ValueError before any launch), turn
+    s into (s', g) where g is None (`additive_gate`), run the autograd `function`, return
+    (o, (hk, hv) or None)."""
     K = check_inputs(op, dict(q=q, k=k, v=v, s=s, g=g),
-                     dict(q="BTHK", k="BTHK", v="BTHV", s="BTHM", g="BTHM"),
+                     dict(q="BTHK", k="BTHK", v="BTHV", s="BTHM", g="BTHM"), optional=("g",),
                      initial_state=initial_state, states=dict(hk="BHKM", hv="BHMV"))["K"]
     scale = K ** -0.5 if scale is None else float(scale)
+    if g is None:
+        s, g = additive_gate(s)
     hk0, hv0 = (None, None) if initial_state is None else initial_state
     o, hkt, hvt = function.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))
     return o, ((hkt, hvt) if output_final_state else None)

@@ -7,17 +7,26 @@ each chunk from ops/common/chunk_state.py without decay.
 from __future__ import annotations
 
 from fla_kernels.ops.common.autograd import apply_checked
+from fla_kernels.ops.linear_attn.normalize import normalized
 from fla_kernels.ops.simple_gla.chunk import SIMPLE_GLA_LAYOUTS, ChunkSimpleGLAFunction
 
 
-def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False):
+def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                      normalize=False):
     """Chunked linear attention: returns (o [B, T, H, V] in the inputs' dtype, final state
     [B, H, K, V] float32 or None).
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; one dtype (fp32, fp16 or bf16). scale defaults to
     K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v and
     initial_state.
+
+    normalize=True divides o by the running key sum (`normalize.py`); the state is then the pair
+    (S [B, H, K, V], z [B, 1, H, K]) float32, as initial_state (or S alone: z0 = 0) and as final
+    state.
     """
+    if normalize:
+        return normalized(chunk_linear_attn, "chunk_linear_attn", q, k, v, scale, initial_state,
+                          output_final_state)
     return apply_checked(ChunkSimpleGLAFunction, "chunk_linear_attn", dict(q=q, k=k, v=v, g=None),
                          SIMPLE_GLA_LAYOUTS, scale, initial_state, output_final_state,
                          optional=("g",))

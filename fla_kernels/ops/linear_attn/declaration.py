@@ -1,5 +1,5 @@
 """Linear attention, declared for the harness (harness/declaration.py says what each field means)."""
-from harness.declaration import QKV, LayerSpec, OpSpec, kernels
+from harness.declaration import QKV, LayerSpec, OpSpec, OptionSpec, StateSpec, kernels
 
 OP = OpSpec(
     name="linear_attn",
@@ -9,4 +9,6 @@ OP = OpSpec(
     layer=LayerSpec("fla_kernels.layers:LinearAttention"),
     # fla normalises by default; these adapters pass normalize=False, the op defined here
     upstream={"fla": {v: f"harness.upstream:fla_{v}_linear_attn" for v in ("chunk", "fused_chunk", "fused_recurrent")}},
+    options={"normalize": OptionSpec("o_t / (scale q_t . z_t + 1e-10), z_t the running key sum, a state",
+                                     kwargs={"normalize": True}, states=(StateSpec("z", ("B", 1, "H", "K")),))},
 )

@@ -31,6 +31,7 @@ from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_rows_t,
                                           store_rows, store_state)
+from fla_kernels.ops.linear_attn.normalize import normalized
 from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
@@ -167,14 +168,22 @@ class FusedChunkLinearAttnFunction(torch.autograd.Function):
         return input_grads(ctx, grads, dh0, initial_state)
 
 
-def fused_chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False):
+def fused_chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                            normalize=False):
     """Linear attention with the chunks walked by one kernel: returns (o [B, T, H, V] in the inputs'
     dtype, final state [B, H, K, V] float32 or None).
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; one dtype (fp32, fp16 or bf16). scale defaults to
     K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v and
     initial_state.
+
+    normalize=True divides o by the running key sum (`normalize.py`); the state is then the pair
+    (S [B, H, K, V], z [B, 1, H, K]) float32, as initial_state (or S alone: z0 = 0) and as final
+    state.
     """
+    if normalize:
+        return normalized(fused_chunk_linear_attn, "fused_chunk_linear_attn", q, k, v, scale,
+                          initial_state, output_final_state)
     return apply_checked(FusedChunkLinearAttnFunction, "fused_chunk_linear_attn",
                          dict(q=q, k=k, v=v), dict(q="BTHK", k="BTHK", v="BTHV"), scale,
                          initial_state, output_final_state)

@@ -56,10 +56,12 @@ from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (diagonal, head_program, load_rows, load_rows_t,
                                           load_state, store_rows)
 from fla_kernels.precision import product_settings, store_dtype
+from fla_kernels.utils import check_inputs
 
 BT = 64  # tokens per chunk
-# the inputs' dimensions (`check_inputs`); g may be None, and linear attention passes it as None
-SIMPLE_GLA_LAYOUTS = dict(q="BTHK", k="BTHK", v="BTHV", g="BTH")
+# the inputs' dimensions (`check_inputs`); g may be None, and linear attention passes it as None;
+# g_gamma, the constant per-head decay, stands for g (`decay_gate`)
+SIMPLE_GLA_LAYOUTS = dict(q="BTHK", k="BTHK", v="BTHV", g="BTH", g_gamma="H")
 
 
 # ----------------------------------------------------------------------------- gates
@@ -324,15 +326,34 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
         return input_grads(ctx, (dq, dk, dv, dg), dh0, initial_state)
 
 
-def chunk_simple_gla(q, k, v, g=None, scale=None, initial_state=None, output_final_state=False):
+def decay_gate(op, q, k, v, g, g_gamma, initial_state):
+    """The gate [B, T, H] a simple-GLA call runs with, its arguments checked first: g, or the
+    constant per-head log decay g_gamma [H] as that gate of every step (None for neither).
+
+    g_gamma takes no gradient (its gradient is None, as upstream returns none): it enters
+    detached, so the kernels skip the gate gradient for it.
+    """
+    check_inputs(op, dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma), SIMPLE_GLA_LAYOUTS,
+                 optional=("g", "g_gamma"), initial_state=initial_state)
+    if g_gamma is None:
+        return g
+    if g is not None:
+        raise ValueError(f"{op}: pass g or g_gamma, not both.")
+    return g_gamma.detach().expand(q.shape[:3]).contiguous()
+
+
+def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                     output_final_state=False):
     """Chunked simple GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V]
     float32 or None).
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (one log decay <= 0 per head and step) or
-    None (no decay: linear attention; its gradient is then None); one dtype (fp32, fp16 or bf16).
-    scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None. Differentiable in
-    q, k, v, g and initial_state.
+    None (no decay: linear attention; its gradient is then None); one dtype (fp32, fp16 or bf16),
+    but g may be float32 beside 16-bit q, k, v. g_gamma: [H], a constant log decay per head in
+    place of g (not both); its gradient is None (`decay_gate`). scale defaults to K ** -0.5;
+    initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v, g and initial_state.
     """
+    g = decay_gate("chunk_simple_gla", q, k, v, g, g_gamma, initial_state)
     return apply_checked(ChunkSimpleGLAFunction, "chunk_simple_gla", dict(q=q, k=k, v=v, g=g),
                          SIMPLE_GLA_LAYOUTS, scale, initial_state, output_final_state,
                          optional=("g",))
