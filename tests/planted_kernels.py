@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from fla_kernels import chunk_gla, fused_recurrent_gla
+from fla_kernels import chunk_gla, chunk_gsa, chunk_linear_attn, fused_recurrent_gla
 
 
 def _sequences(cu_seqlens):
@@ -62,4 +62,23 @@ def gla_narrow_head_last_column_dropped(q, k, v, g, scale=None, initial_state=No
         keep[-1] = 0
         k = k * keep
     return chunk_gla(q, k, v, g, scale=scale, initial_state=initial_state,
+                     output_final_state=output_final_state, **options)
+
+
+def linear_attn_normaliser_without_initial_key_sum(q, k, v, scale=None, initial_state=None,
+                                                   output_final_state=False, normalize=False, **options):
+    """normalize=True drops the key sum z0 the initial state carries (right without one)."""
+    if normalize and isinstance(initial_state, tuple):
+        S, z0 = initial_state
+        initial_state = (S, torch.zeros_like(z0))
+    return chunk_linear_attn(q, k, v, scale=scale, initial_state=initial_state,
+                             output_final_state=output_final_state, normalize=normalize, **options)
+
+
+def gsa_missing_gate_as_no_decay(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False,
+                                 **options):
+    """g=None read as a gate of zeros (no decay, s as given) instead of the ungated form."""
+    if g is None:
+        g = torch.zeros_like(s)
+    return chunk_gsa(q, k, v, s, g, scale=scale, initial_state=initial_state,
                      output_final_state=output_final_state, **options)
