@@ -7,6 +7,7 @@ largest, where an int32 offset wraps."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -14,6 +15,10 @@ import torch
 from harness.inputs import CaseInputs
 
 GOLDEN_LIMIT = 2 ** 28   # elements: a float64 tensor of 2 GiB; a case with a larger input is sampled
+# elements of the states the float64 references hold for autograd (a state per step of the loop,
+# per chunk of 16 in the chunked form), several times over: above it the case is sampled too
+# (B=4096, H=32, T=32, K=V=16 asked the loop for 32 GiB more on an 80 GB H100)
+STATE_LIMIT = 2 ** 29
 
 
 @dataclass(frozen=True)
@@ -69,11 +74,21 @@ class Sample:
         return f"{what} {', '.join(map(str, self.rows))} at head {self.head}"
 
 
+def reference_states(spec, full: CaseInputs) -> int:
+    """Elements of the states the float64 references keep: per step of the loop (T <= the op's
+    loop_max_T), else per chunk of 16 of the chunked form."""
+    T = full.dims["T"]
+    steps = T if T <= spec.loop_max_T else -(-T // 16)
+    per_step = sum(math.prod(spec.shape_of(s, full.state_dims)) for s in spec.states)
+    return per_step * steps
+
+
 def choose_sample(spec, case, full: CaseInputs) -> Sample | None:
-    """None when every input of the case fits GOLDEN_LIMIT elements (the golden is taken whole),
-    else the sample: the first, the last and one random row (or packed sequence) of the case's
-    seed, at the last head."""
-    if max(x.numel() for x in full.tensors.values()) <= GOLDEN_LIMIT:
+    """None when every input of the case fits GOLDEN_LIMIT elements and the references' states
+    STATE_LIMIT (the golden is taken whole), else the sample: the first, the last and one random
+    row (or packed sequence) of the case's seed, at the last head."""
+    if (max(x.numel() for x in full.tensors.values()) <= GOLDEN_LIMIT
+            and reference_states(spec, full) <= STATE_LIMIT):
         return None
     count = len(full.bounds) - 1 if full.bounds else full.dims["B"]
     gen = torch.Generator().manual_seed(case.seed)

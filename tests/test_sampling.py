@@ -11,6 +11,7 @@ from harness import sampling
 from harness.inputs import make_inputs
 from harness.registry import get_op
 from harness.runner import case_context, run_case
+from tests.kernel_testing import DEVICE
 from tests.planted import CPU, SPEC, case, impl
 
 PLAIN = replace(case(T=40), B=5)
@@ -20,6 +21,15 @@ PACKED = replace(PLAIN, varlen="packed")
 @pytest.fixture(autouse=True)
 def tiny_limit(monkeypatch):
     monkeypatch.setattr(sampling, "GOLDEN_LIMIT", 100)
+
+
+def test_a_case_whose_reference_states_are_too_large_is_sampled(monkeypatch):
+    monkeypatch.setattr(sampling, "GOLDEN_LIMIT", 10 ** 9)
+    full = make_inputs(SPEC, PLAIN, CPU)
+    assert sampling.reference_states(SPEC, full) == 5 * 2 * 8 * 6 * 40   # B H K V, a state per step
+    assert sampling.choose_sample(SPEC, PLAIN, full) is None
+    monkeypatch.setattr(sampling, "STATE_LIMIT", 1000)
+    assert sampling.choose_sample(SPEC, PLAIN, full) is not None
 
 
 def test_the_sample_holds_the_first_and_last_rows_at_the_last_head():
@@ -68,6 +78,6 @@ def test_a_sampled_case_runs_every_check_on_the_sample():
     gsa = get_op("gsa")
     c = replace(PLAIN, op="gsa", M=4, K=8, V=8, T=20)
     impls = [replace(impl("baseline_like"), fn=gsa.variant_fn("fused_recurrent"), variant="fused_recurrent")]
-    rows = run_case(gsa, c, impls, CPU, checks=("segments", "options"))
+    rows = run_case(gsa, c, impls, torch.device(DEVICE), checks=("segments", "options"))
     bad = [(r["check"], r["tensor"], r["message"]) for r in rows if r["verdict"] not in ("PASS",)]
     assert not bad, bad
