@@ -14,8 +14,14 @@ import torch
 import torch.nn.functional as F
 
 
-def additive_gate(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(s' in s's dtype, g float32), both [B, T, H, M], from the slot writes s [B, T, H, M]."""
+def additive_gate(s: torch.Tensor, cu_seqlens=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s' in s's dtype, g float32), both [B, T, H, M], from the slot writes s [B, T, H, M].
+
+    cu_seqlens: None, or the sequence starts (host ints) of a packed batch (B = 1), each
+    sequence's gate its own (z restarting at its first token): one call per sequence."""
+    if cu_seqlens is not None:
+        parts = [additive_gate(s[:, a:b]) for a, b in zip(cu_seqlens[:-1], cu_seqlens[1:])]
+        return tuple(torch.cat(x, dim=1) for x in zip(*parts))
     x = s.float()
     z = torch.logcumsumexp(x, dim=1)
     g = torch.cat([torch.zeros_like(x[:, :1]), -F.softplus(x[:, 1:] - z[:, :-1])], dim=1)

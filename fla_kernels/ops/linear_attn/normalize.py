@@ -55,16 +55,26 @@ class NormalizeFunction(torch.autograd.Function):
         return needed(ctx, (do / d).to(o.dtype), dq.to(q.dtype), dk.to(k.dtype), dz0, None)
 
 
-def normalized(fn, op, q, k, v, scale, initial_state, output_final_state):
+def normalized(fn, op, q, k, v, scale, initial_state, output_final_state, cu_seqlens=None):
     """The body of a public op called with normalize=True: fn, the op's unnormalised public
     function, then `NormalizeFunction`. initial_state: None, the pair (S, z) or S alone (z0 = 0);
-    returns (o, (S, z) float32 or None)."""
+    returns (o, (S, z) float32 or None). cu_seqlens: a packed batch's (B = 1), each sequence
+    normalised by its own key sum from its own z0 (`NormalizeFunction` once per sequence)."""
     pair = isinstance(initial_state, (tuple, list))
-    K = check_inputs(op, dict(q=q, k=k, v=v), dict(q="BTHK", k="BTHK", v="BTHV"),
-                     initial_state=initial_state,
-                     states=NORMALIZED_STATES if pair else NORMALIZED_STATES["h"])["K"]
-    scale = K ** -0.5 if scale is None else float(scale)
+    sizes = check_inputs(op, dict(q=q, k=k, v=v), dict(q="BTHK", k="BTHK", v="BTHV"),
+                         initial_state=initial_state,
+                         states=NORMALIZED_STATES if pair else NORMALIZED_STATES["h"],
+                         cu_seqlens=cu_seqlens)
+    scale = sizes["K"] ** -0.5 if scale is None else float(scale)
     h0, z0 = initial_state if pair else (initial_state, None)
-    o, ht = fn(q, k, v, scale=scale, initial_state=h0, output_final_state=output_final_state)
-    o, zt = NormalizeFunction.apply(o, q, k, z0, scale)
+    packed = {} if cu_seqlens is None else dict(cu_seqlens=cu_seqlens)
+    o, ht = fn(q, k, v, scale=scale, initial_state=h0, output_final_state=output_final_state, **packed)
+    if cu_seqlens is None:
+        o, zt = NormalizeFunction.apply(o, q, k, z0, scale)
+    else:
+        bounds = sizes["cu_seqlens"]
+        parts = [NormalizeFunction.apply(o[:, a:b], q[:, a:b], k[:, a:b],
+                                         None if z0 is None else z0[n:n + 1], scale)
+                 for n, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        o, zt = torch.cat([p[0] for p in parts], dim=1), torch.cat([p[1] for p in parts], dim=0)
     return o, ((ht, zt) if output_final_state else None)
