@@ -22,7 +22,7 @@ def _dims(layout: str) -> str:
 
 
 def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_state=None,
-                 states="BHKV") -> dict:
+                 states="BHKV", cu_seqlens=None) -> dict:
     """The one argument check of every public op: raise ValueError with one plain sentence that
     names `op` and the argument, before any kernel launches, if the arguments cannot be run;
     else return the sizes, {letter: size}.
@@ -33,6 +33,13 @@ def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_sta
     initial_state, which may be None, or name -> layout where initial_state is a tuple of
     states ({"hk": "BHKM", "hv": "BHMV"}); a digit in a layout is that size ("B1HK").
     The inputs share one dtype, but a gate (`GATE_INPUTS`) may be float32 beside 16-bit ones.
+    cu_seqlens: None, or the cumulative sequence starts [N + 1] of a packed batch (B = 1,
+    sequence n the tokens cu_seqlens[n]:cu_seqlens[n + 1]), whose states are one per sequence
+    (their B is N).
+
+    The sizes hold N, the number of initial and final states: B, or with cu_seqlens the number
+    of sequences, and then also "cu_seqlens", its values as a tuple of ints (read to the host
+    once, here).
     """
     sizes = {}
     first = None
@@ -60,6 +67,11 @@ def check_inputs(op: str, tensors: dict, layouts: dict, optional=(), initial_sta
     if first.device.type not in ("cuda", "cpu") or (first.device.type == "cpu" and not interpreting()):
         raise ValueError(f"{op}: inputs are on {first.device}; Triton kernels need a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors).")
+    sizes["N"] = sizes["B"]
+    if cu_seqlens is not None:
+        sizes["cu_seqlens"] = _check_cu_seqlens(op, cu_seqlens, sizes, first.device)
+        sizes["N"] = len(sizes["cu_seqlens"]) - 1
+        states = _per_sequence(states)
     if initial_state is not None:
         _check_states(op, initial_state, states, sizes, first.device)
     if sizes["T"] < 1:
@@ -108,3 +120,37 @@ def _check_states(op: str, initial_state, states, sizes: dict, device):
             raise ValueError(f"{op}: {label} is on {s.device} but the inputs are on {device}.")
         if s.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"{op}: {label} has dtype {s.dtype}; expected float32.")
+
+
+def _check_cu_seqlens(op: str, cu_seqlens, sizes: dict, device) -> tuple:
+    """`check_inputs` of a packed batch's cu_seqlens: its values, read to the host once."""
+    if not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"{op}: cu_seqlens must be a torch.Tensor or None, got {type(cu_seqlens).__name__}.")
+    if cu_seqlens.dim() != 1:
+        raise ValueError(f"{op}: cu_seqlens must be a 1-D tensor [N + 1], got a {cu_seqlens.dim()}-D one.")
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{op}: cu_seqlens has dtype {cu_seqlens.dtype}; expected int32 or int64.")
+    if cu_seqlens.device != device:
+        raise ValueError(f"{op}: cu_seqlens is on {cu_seqlens.device} but the inputs are on {device}.")
+    if sizes["B"] != 1:
+        raise ValueError(f"{op}: with cu_seqlens the inputs must have B = 1 (the sequences packed "
+                         f"along T), got B = {sizes['B']}.")
+    values = tuple(cu_seqlens.tolist())
+    if len(values) < 2:
+        raise ValueError(f"{op}: cu_seqlens must hold N + 1 >= 2 values, got {len(values)}.")
+    if values[0] != 0:
+        raise ValueError(f"{op}: cu_seqlens must start at 0, got {values[0]}.")
+    for i in range(1, len(values)):
+        if values[i] <= values[i - 1]:
+            raise ValueError(f"{op}: cu_seqlens must be strictly increasing (every sequence at least "
+                             f"one token), got cu_seqlens[{i}] = {values[i]} after {values[i - 1]}.")
+    if values[-1] != sizes["T"]:
+        raise ValueError(f"{op}: cu_seqlens must end at T = {sizes['T']}, got {values[-1]}.")
+    return values
+
+
+def _per_sequence(states):
+    """The layout(s) of initial_state in a packed batch: one state per sequence, B read as N."""
+    if isinstance(states, str):
+        return states.replace("B", "N")
+    return {name: layout.replace("B", "N") for name, layout in states.items()}

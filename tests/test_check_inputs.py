@@ -25,7 +25,7 @@ def _raises(match, *args, **kw):
 def test_returns_the_sizes_each_letter_takes_from_the_first_input_that_has_it():
     sizes = check_inputs("op", _gla(B=2, T=5, H=3, K=12, V=20), GLA,
                          initial_state=torch.zeros(2, 3, 12, 20, device=DEVICE))
-    assert sizes == dict(B=2, T=5, H=3, K=12, V=20)
+    assert sizes == dict(B=2, T=5, H=3, K=12, V=20, N=2)
 
 
 @pytest.mark.parametrize("name, bad, match", [

@@ -56,6 +56,33 @@ def test_simple_gla_without_a_gate_compiles_for_sm90():
     assert not failures, "\n\n".join(f"{f['name']}:\n{f['error']}" for f in failures)
 
 
+def test_packed_batches_compile_for_sm90():
+    """A packed batch (cu_seqlens) takes its own specialisations of the state walks (VARLEN),
+    with its initial states and final states' gradients."""
+    cu_seqlens = torch.tensor([0, 1, 24, 94, 96])
+    N = cu_seqlens.numel() - 1
+    with recording_launches() as records:
+        for op in ("linear_attn", "simple_gla", "gla", "rwkv6", "gsa"):
+            spec = OPS[op]
+            for variant in ("chunk", "fused_recurrent"):
+                for dtype in DTYPES:
+                    case = Case(op=op, dtype=dtype, B=1, T=96, H=2, K=64, V=16, h0="none",
+                                gate="normal", seed=0, **{s: 32 for s in spec.symbols})
+                    dims = {**case.dims(), "B": N}
+                    inputs = [x.requires_grad_() for x in make_inputs(spec, case, "cpu").tensors.values()]
+                    h0 = [torch.zeros([dims[d] for d in s.shape], requires_grad=True) for s in spec.states]
+                    o, finals = spec.variant_fn(variant)(*inputs, initial_state=h0[0] if len(h0) == 1 else h0,
+                                                         output_final_state=True, cu_seqlens=cu_seqlens)
+                    finals = [finals] if len(h0) == 1 else list(finals)
+                    torch.autograd.backward([o, *finals], [torch.ones_like(x) for x in (o, *finals)])
+    packed = [r for r in distinct(records) if r["constexprs"].get("VARLEN")]
+    assert {r["name"] for r in packed} >= {"_chunk_fwd_h_kernel", "_chunk_bwd_dh_kernel", "_fwd_kernel",
+                                           "_bwd_dq_kernel", "_bwd_dkv_kernel", "_bwd_fwd_kernel",
+                                           "_bwd_rev_kernel"}
+    failures = [r for r in compile_records(packed) if not r["ok"]]
+    assert not failures, "\n\n".join(f"{f['name']} {f['constexprs']}:\n{f['error']}" for f in failures)
+
+
 def test_the_check_rejects_a_kernel_only_the_compiler_refuses():
     from tests import broken_triton
     with recording_launches() as records:

@@ -30,6 +30,8 @@ Backward: the states are recomputed, A is the forward's; chunk_bwd_dh (dh, dh0)
           -> _bwd_dA_kernel (dA) -> _bwd_dv_kernel (dv) -> _bwd_inter_kernel (the parts of dq, dk through the
           states entering / leaving the chunk, the boundary terms of dg) -> _bwd_intra_kernel (the
           intra-chunk parts, the gate-free terms, du partials) -> chunk_gate_grad (dg).
+A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py): the two state
+walks take its sequences' chunk offsets, every other kernel runs as it is.
 """
 from __future__ import annotations
 
@@ -410,13 +412,13 @@ def _intra_scores(L, q, k, g, u):
     return A
 
 
-def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
+def _states(L, k, v, g, initial_state, state_dtype=torch.float32, chunk_offsets=None):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
     return chunk_fwd_h(k, v, g, initial_state, BT, **L.state_dots, state_dtype=state_dtype,
-                       tuning=FWD_H)
+                       tuning=FWD_H, chunk_offsets=chunk_offsets)
 
 
-def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
+def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous, chunk_offsets=None):
     """(o in v's dtype, final state [B, H, K, V] float32, A).
 
     The states entering the chunks are stored in the inputs' dtype on a GPU: `_fwd_o_kernel`
@@ -428,10 +430,14 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     backward its slowest recomputation.
 
     reads_previous=False: gla (u must be None); True: rwkv6 (u [H, K]). Inputs contiguous.
+    chunk_offsets: None, or those of a packed batch's sequences on its aligned row (B = 1;
+    ops/common/varlen.py): the states are walked per sequence, initial and final state
+    [N, H, K, V]; every other kernel is chunk-local and runs on the row as it is.
     """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
-    states, final = _states(L, k, v, g, initial_state, state_dtype=store_dtype(q.dtype))
+    states, final = _states(L, k, v, g, initial_state, state_dtype=store_dtype(q.dtype),
+                            chunk_offsets=chunk_offsets)
     A = _intra_scores(L, q, k, g, u)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     launch(_fwd_o_kernel, (L.NV, L.NT, L.B * L.H),
@@ -440,17 +446,19 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous):
     return o.to(v.dtype), final, A
 
 
-def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous, A=None):
+def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous, A=None,
+                    chunk_offsets=None):
     """(dq, dk, dv, dg, du or None, dh0 or None); dht may be None (no gradient from the final state).
 
-    A: the forward's scores, recomputed when None.
+    A: the forward's scores, recomputed when None. chunk_offsets: as for `chunk_gated_fwd`.
     """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
     grid_v = (L.NV, L.NT, L.B * L.H)
-    states, _ = _states(L, k, v, g, initial_state)
+    states, _ = _states(L, k, v, g, initial_state, chunk_offsets=chunk_offsets)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=L.reads_previous,
-                           need_dh0=initial_state is not None, **L.state_dots)
+                           need_dh0=initial_state is not None, **L.state_dots,
+                           chunk_offsets=chunk_offsets)
     if A is None:
         A = _intra_scores(L, q, k, g, u)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)

@@ -35,6 +35,9 @@ Kernels:
 - `chunk_bwd_dh`: the gradient w.r.t. the state leaving every chunk and w.r.t.
   the initial state, for outputs o_t = scale q_t S_{t-1} (rwkv6:
   `q_gate_exclusive=True`) or o_t = scale q_t S_t (gla).
+Given the chunk offsets of a packed batch's sequences on its aligned row (ops/common/varlen.py),
+both walk each sequence's chunks on their own, from its initial state (or the gradient of its
+final state) to its final state (or the gradient of its initial state).
 
 Every kernel loads its operands as float32 right away; matrix products go
 through `mma`, so fp32 inputs get exact IEEE products and bf16 / fp16 inputs
@@ -48,8 +51,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
 from fla_kernels.ops.common.launch import block_size, launch, tuned_blocks
-from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_state,
-                                          store_state)
+from fla_kernels.ops.common.tiles import initial_block, load_rows, load_state, store_state
+from fla_kernels.ops.common.varlen import sequence_walk, state_count
 
 
 @triton.jit
@@ -296,20 +299,33 @@ def _walk_step(b_h, x, y, g, scale, row, i_b, i_h, c0, T, H: tl.constexpr, K: tl
     return add_rounded(b_h, mma(tl.trans(b_x), b_y, FP32_DOT, OPERAND_DTYPE))
 
 
+@triton.jit
+def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, VARLEN: tl.constexpr):
+    """(i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi) of a state walk's program on the grid
+    (K-block, V-block, b*h), or (K-block, V-block, n*H + h) with VARLEN (`sequence_walk`): row,
+    the first row of (i_b, i_h) in a [B, T, H, D] tensor (as `head_program`)."""
+    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
+    return i_k, i_v, i_bh, i_b, i_h, i_b * T * H + i_h, i_row, c_lo, c_hi
+
+
 @triton.jit(do_not_specialize=["T", "NT"])
-def _chunk_fwd_h_kernel(k, v, g, h0, states, final, T, NT, H: tl.constexpr, K: tl.constexpr,
-                        V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+def _chunk_fwd_h_kernel(k, v, g, h0, states, final, chunk_offsets, T, NT, H: tl.constexpr,
+                        K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                         BV: tl.constexpr, USE_G: tl.constexpr, SCALAR_GATE: tl.constexpr,
-                        USE_H0: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                        USE_H0: tl.constexpr, VARLEN: tl.constexpr, FP32_DOT: tl.constexpr,
+                        OPERAND_DTYPE: tl.constexpr):
     """states[b, h, c] = state entering chunk c (in states' dtype); final[b, h] = final state.
 
     One program per (K-block, V-block, b*h) walks the chunks in order, the state in float32:
-    h <- diag(exp(total)) h + (k * exp(suffix))^T v (`_walk_step`).
+    h <- diag(exp(total)) h + (k * exp(suffix))^T v (`_walk_step`). With VARLEN one program per
+    (K-block, V-block, n*H + h) walks the chunks of sequence n, from h0[n] to final[n].
     """
-    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H,
+                                                                      VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
-    for i_c in range(NT):
-        store_state(states, i_bh * NT + i_c, b_h, K, V, BK, BV, i_k, i_v, False)
+    for i_c in range(c_lo, c_hi):
+        store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, i_k, i_v, False)
         b_h = _walk_step(b_h, k, v, g, 1.0, row, i_b, i_h, i_c * BT, T, H, K, V, BT, BK, BV, i_k,
                          i_v, USE_G, SCALAR_GATE, False, True, False, FP32_DOT, OPERAND_DTYPE)
     store_state(final, i_bh, b_h, K, V, BK, BV, i_k, i_v, False)
@@ -339,47 +355,55 @@ def _gate_args(g, stand_in):
 
 
 def chunk_fwd_h(k, v, g, initial_state, chunk_size, fp32_dot, operand_dtype,
-                state_dtype=torch.float32, tuning=None):
+                state_dtype=torch.float32, tuning=None, chunk_offsets=None):
     """(states [B, H, NT, K, V] in state_dtype: the state entering each of the NT chunks,
     final state [B, H, K, V] float32).
 
     g: the log gate, per channel [B, T, H, K] or scalar [B, T, H] (one log decay per head and
     step for every K column), or None for no decay; the kernel sums it per chunk itself.
-    tuning: the caller's block caps and launch options (`tuned_blocks`).
+    tuning: the caller's block caps and launch options (`tuned_blocks`). chunk_offsets: None, or
+    the chunk offsets [N + 1] of the sequences of a packed batch on its aligned row (B = 1,
+    ops/common/varlen.py), whose states are walked one sequence at a time: initial_state and the
+    final state are then [N, H, K, V].
     """
     B, T, H, K = k.shape
     V = v.shape[-1]
     NT = triton.cdiv(T, chunk_size)
+    N = state_count(B, chunk_offsets)
     states = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=k.device)
-    final = torch.empty(B, H, K, V, dtype=torch.float32, device=k.device)
+    final = torch.empty(N, H, K, V, dtype=torch.float32, device=k.device)
     BK, BV, options = tuned_blocks(K, V, tuning)
     g, use_g, scalar_gate = _gate_args(g, k)
-    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
+    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), N * H)
     launch(_chunk_fwd_h_kernel, grid,
-        k, v, g, k if initial_state is None else initial_state, states, final, T, NT, H, K, V,
-        BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
-        USE_H0=initial_state is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **options)
+        k, v, g, k if initial_state is None else initial_state, states, final, chunk_offsets, T,
+        NT, H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
+        USE_H0=initial_state is not None, VARLEN=chunk_offsets is not None, FP32_DOT=fp32_dot,
+        OPERAND_DTYPE=operand_dtype, **options)
     return states, final
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _chunk_bwd_dh_kernel(q, g, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
+def _chunk_bwd_dh_kernel(q, g, do, dht, dh, dh0, chunk_offsets, scale, T, NT, H: tl.constexpr,
                          K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, USE_G: tl.constexpr,
                          SCALAR_GATE: tl.constexpr, Q_GATE_EXCLUSIVE: tl.constexpr, USE_DHT: tl.constexpr,
-                         STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr,
+                         STORE_DH0: tl.constexpr, VARLEN: tl.constexpr, FP32_DOT: tl.constexpr,
                          OPERAND_DTYPE: tl.constexpr):
     """dh[b, h, c] = dLoss / d(state leaving chunk c); dh0 = dLoss / d(initial state).
 
     One program per (K-block, V-block, b*h) walks the chunks backwards:
     dh <- diag(exp(total)) dh + scale * (q * exp(prefix))^T do, with the prefix
     exclusive (the output reads the state before the step) or inclusive (`_walk_step`).
+    With VARLEN one program per (K-block, V-block, n*H + h) walks sequence n's chunks, from
+    dht[n] to dh0[n].
     """
-    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H,
+                                                                      VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, False)
-    for i_r in range(NT):
-        i_c = NT - 1 - i_r
-        store_state(dh, i_bh * NT + i_c, b_dh, K, V, BK, BV, i_k, i_v, False)
+    for i_r in range(c_hi - c_lo):
+        i_c = c_hi - 1 - i_r
+        store_state(dh, i_row * NT + i_c, b_dh, K, V, BK, BV, i_k, i_v, False)
         b_dh = _walk_step(b_dh, q, do, g, scale, row, i_b, i_h, i_c * BT, T, H, K, V, BT, BK, BV,
                           i_k, i_v, USE_G, SCALAR_GATE, True, Q_GATE_EXCLUSIVE, True, FP32_DOT,
                           OPERAND_DTYPE)
@@ -388,23 +412,28 @@ def _chunk_bwd_dh_kernel(q, g, do, dht, dh, dh0, scale, T, NT, H: tl.constexpr,
 
 
 def chunk_bwd_dh(q, g, do, dht, scale, chunk_size, q_gate_exclusive, need_dh0,
-                 fp32_dot, operand_dtype, state_dtype=torch.float32, tuning=None):
+                 fp32_dot, operand_dtype, state_dtype=torch.float32, tuning=None,
+                 chunk_offsets=None):
     """(dh [B, H, NT, K, V] in state_dtype, dh0 [B, H, K, V] float32 or None).
 
     dh[:, :, c] is the total gradient w.r.t. the state leaving chunk c (dht for
-    the last chunk, zero when dht is None). g, tuning: as for `chunk_fwd_h`.
+    the last chunk, zero when dht is None). g, tuning, chunk_offsets: as for `chunk_fwd_h`
+    (with chunk_offsets dht and dh0 are [N, H, K, V], and dh[:, :, c] is dht[n] for the last
+    chunk of sequence n).
     """
     B, T, H, K = q.shape
     V = do.shape[-1]
     NT = triton.cdiv(T, chunk_size)
+    N = state_count(B, chunk_offsets)
     dh = torch.empty(B, H, NT, K, V, dtype=state_dtype, device=q.device)
-    dh0 = torch.empty(B, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
+    dh0 = torch.empty(N, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
     BK, BV, options = tuned_blocks(K, V, tuning)
     g, use_g, scalar_gate = _gate_args(g, q)
-    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), B * H)
+    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), N * H)
     launch(_chunk_bwd_dh_kernel, grid,
-        q, g, do, q if dht is None else dht, dh, q if dh0 is None else dh0, scale, T, NT,
-        H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
+        q, g, do, q if dht is None else dht, dh, q if dh0 is None else dh0, chunk_offsets, scale,
+        T, NT, H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
         Q_GATE_EXCLUSIVE=q_gate_exclusive, USE_DHT=dht is not None, STORE_DH0=need_dh0,
-        FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype, **options)
+        VARLEN=chunk_offsets is not None, FP32_DOT=fp32_dot, OPERAND_DTYPE=operand_dtype,
+        **options)
     return dh, dh0

@@ -15,6 +15,9 @@ float32 block of the state (or of its gradient) in registers, all of K in one bl
 - `_bwd_dkv_kernel` steps backward with dS = dL/dS_t: dk, dv, dh0 and, when dg is
   needed, dk' and the boundary term of each chunk.
 Sums over V (dq, dk, the boundary term) are per V-block partials reduced by torch.
+A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py): one program per
+(V-block, n * H + h) walks the chunks of sequence n alone (VARLEN), so each chunk of the gate
+gradient's sums lies inside one sequence and ends where it ends.
 
 The gate gradient. dL/dg_t = sum_v (exp(g_t) S_{t-1}) * dS_t per channel, and with
 x_t = sum_v S_t * dS_t the recurrences S_t = exp(g_t) S_{t-1} + k_t^T v_t and
@@ -49,10 +52,12 @@ import torch
 import triton
 import triton.language as tl
 
+from fla_kernels.ops.common.autograd import needed
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.precision import store_dtype
 
 CHUNK = 64  # tokens per chunk of the gate-gradient sums
@@ -80,14 +85,16 @@ def _decay(p_g, m_k, GATE: tl.constexpr):
 
 
 @triton.jit
-def _token_program(H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BK: tl.constexpr,
-                   BV: tl.constexpr):
-    """(i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v) of a program on the grid (V-block, b*h): its ids
-    (int64), its columns of K (all of them) and of V, and their masks."""
+def _token_program(chunk_offsets, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, VARLEN: tl.constexpr):
+    """(i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v) of a program on the grid
+    (V-block, b*h), or (V-block, n*H + h) with VARLEN: its ids (int64) and walk
+    (`sequence_walk`), its columns of K (all of them) and of V, and their masks."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
-    return i_v, i_bh, i_bh // H, i_bh % H, o_k, o_v, o_k < K, o_v < V
+    return i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, o_k < K, o_v < V
 
 
 @triton.jit
@@ -96,16 +103,19 @@ def _token_row(x, token, D: tl.constexpr, o_d, m_d):
     return tl.load(x + token * D + o_d, mask=m_d, other=0).to(tl.float32)
 
 
-@triton.jit(do_not_specialize=["T"])
-def _fwd_kernel(q, k, v, g, u, h0, o, ht, scale, T, H: tl.constexpr, K: tl.constexpr,
-                V: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
-                READS_PREVIOUS: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
-    """o [B, T, H, V] in o's dtype; ht [B, H, K, V] float32 when STORE_HT."""
-    i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v = _token_program(H, K, V, BK, BV)
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fwd_kernel(q, k, v, g, u, h0, o, ht, chunk_offsets, scale, T, NT, H: tl.constexpr,
+                K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                BV: tl.constexpr, GATE: tl.constexpr, READS_PREVIOUS: tl.constexpr,
+                USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr):
+    """o [B, T, H, V] in o's dtype; ht [B, H, K, V] float32 when STORE_HT (with VARLEN: the
+    tokens of each sequence's chunks, ht [N, H, K, V])."""
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _token_program(
+        chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
-    for t in range(T):
+    for t in range(c_lo * BT, tl.minimum(c_hi * BT, T)):
         token = (i_b * T + t) * H + i_h
         b_q = _token_row(q, token, K, o_k, m_k) * scale
         b_k = _token_row(k, token, K, o_k, m_k)
@@ -124,21 +134,23 @@ def _fwd_kernel(q, k, v, g, u, h0, o, ht, scale, T, H: tl.constexpr, K: tl.const
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
-def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
+def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, chunk_offsets, scale, T, NT, B,
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
-                   READS_PREVIOUS: tl.constexpr, USE_H0: tl.constexpr, NEED_DG: tl.constexpr):
+                   READS_PREVIOUS: tl.constexpr, USE_H0: tl.constexpr, NEED_DG: tl.constexpr,
+                   VARLEN: tl.constexpr):
     """Forward in time. Per V-block partials [NV, B, T, H, K] float32 of dq (through the state
     read and, with READS_PREVIOUS, the bonus) and, when NEED_DG, dq' (through the state read less
     its last k^T v; garbage in a chunk's first row with READS_PREVIOUS, which is never read);
     states [B, H, NT, K, V] float32: the state leaving each chunk less the chunk's last k^T v
     (each program writes its V columns)."""
-    i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v = _token_program(H, K, V, BK, BV)
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _token_program(
+        chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)  # the state after the previous token
     b_hd = b_h  # the same less that token's k^T v (a stand-in before the first token)
-    for i_c in range(NT):
+    for i_c in range(c_lo, c_hi):
         for j in range(tl.minimum(T - i_c * BT, BT)):
             token = (i_b * T + i_c * BT + j) * H + i_h
             b_k = _token_row(k, token, K, o_k, m_k)
@@ -160,15 +172,15 @@ def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
             if NEED_DG:
                 tl.store(dqs + part, b_dqs, mask=m_k)
         if NEED_DG:
-            store_state(states, i_bh * NT + i_c, b_hd, K, V, BK, BV, 0, i_v, False)
+            store_state(states, i_row * NT + i_c, b_hd, K, V, BK, BV, 0, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "B"])
-def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound, scale, T, NT, B,
-                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                    BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
+def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound, chunk_offsets,
+                    scale, T, NT, B, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATE: tl.constexpr,
                     READS_PREVIOUS: tl.constexpr, USE_DHT: tl.constexpr,
-                    STORE_DH0: tl.constexpr, NEED_DG: tl.constexpr):
+                    STORE_DH0: tl.constexpr, NEED_DG: tl.constexpr, VARLEN: tl.constexpr):
     """Backward in time. Per V-block partials (float32): dk and, when NEED_DG, dk' [NV, B, T, H, K]
     and boundary' [NV, B, H, NT, K]; with READS_PREVIOUS, du per chunk [NV, B, H, NT, K] (summed
     by torch, pairwise: a serial fp32 sum over a long sequence loses ~sqrt(T) ulps); dv in dv's
@@ -176,21 +188,22 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
 
     Two gradients are carried: dS = dL/dS_t (b_dS) and exp(g_{t+1}) dS_{t+1} (b_dh): dS_t less
     the direct read of S_t (by q_t, or by q_{t+1} with READS_PREVIOUS), which dk' needs."""
-    i_v, i_bh, i_b, i_h, o_k, o_v, m_k, m_v = _token_program(H, K, V, BK, BV)
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _token_program(
+        chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     b_dS = b_dh
-    for i in range(NT):
-        i_c = NT - 1 - i
+    for i in range(c_hi - c_lo):
+        i_c = c_hi - 1 - i
         if NEED_DG:
             # the gradient reaching the leaving state from outside the chunk
             if READS_PREVIOUS:
                 b_out = b_dS
             else:
                 b_out = b_dh
-            b_s = load_state(states, i_bh * NT + i_c, K, V, BK, BV, 0, i_v, False)
-            tl.store(bound + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k,
+            b_s = load_state(states, i_row * NT + i_c, K, V, BK, BV, 0, i_v, False)
+            tl.store(bound + ((i_v * B * H + i_row) * NT + i_c) * K + o_k,
                      tl.sum(b_s * b_out, axis=1), mask=m_k)
         b_duc = tl.zeros([BK], dtype=tl.float32)
         n = tl.minimum(T - i_c * BT, BT)
@@ -225,7 +238,7 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
             if READS_PREVIOUS:
                 b_dS = b_dh + b_q[:, None] * b_do[None, :]
         if READS_PREVIOUS:
-            tl.store(du + ((i_v * B * H + i_bh) * NT + i_c) * K + o_k, b_duc, mask=m_k)
+            tl.store(du + ((i_v * B * H + i_row) * NT + i_c) * K + o_k, b_duc, mask=m_k)
     if STORE_DH0:
         if READS_PREVIOUS:
             store_state(dh0, i_bh, b_dS, K, V, BK, BV, 0, i_v, False)
@@ -251,26 +264,31 @@ class FusedRecurrentFunction(torch.autograd.Function):
     """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad.
 
     g may be None (no decay; its gradient is None), [B, T, H] or [B, T, H, K]; u ([H, K], or None)
-    selects the rwkv6 form, whose output reads the previous state plus the bonus.
+    selects the rwkv6 form, whose output reads the previous state plus the bonus. chunk_offsets:
+    None, or those of a packed batch's sequences on its aligned row (B = 1, ops/common/varlen.py):
+    initial and final state [N, H, K, V].
     """
 
     @staticmethod
     @compiles_ahead
-    def forward(ctx, q, k, v, g, u, scale, initial_state, output_final_state):
+    def forward(ctx, q, k, v, g, u, scale, initial_state, output_final_state, chunk_offsets=None):
         q, k, v = (x.contiguous() for x in (q, k, v))
         g, u = (None if x is None else x.contiguous() for x in (g, u))
         h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
         B, T, H, K = q.shape
         V = v.shape[-1]
+        N = state_count(B, chunk_offsets)
         BK, BV, NV, num_warps = _blocks(K, V)
         gate = gate_mode(g)
         o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
-        ht = torch.empty(B, H, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
-        launch(_fwd_kernel, (NV, B * H),
-            q, k, v, g, u, h0, o, ht, scale, T, H=H, K=K, V=V, BK=BK, BV=BV, GATE=gate,
-            READS_PREVIOUS=u is not None, USE_H0=h0 is not None, STORE_HT=output_final_state,
-            num_warps=num_warps)
+        ht = torch.empty(N, H, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
+        launch(_fwd_kernel, (NV, N * H),
+            q, k, v, g, u, h0, o, ht, chunk_offsets, scale, T, triton.cdiv(T, CHUNK), H=H, K=K,
+            V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, READS_PREVIOUS=u is not None,
+            USE_H0=h0 is not None, STORE_HT=output_final_state,
+            VARLEN=chunk_offsets is not None, num_warps=num_warps)
         ctx.save_for_backward(q, k, v, g, u, h0)
+        ctx.chunk_offsets = chunk_offsets
         ctx.scale = scale
         ctx.gate = gate
         ctx.h0_dtype = None if initial_state is None else initial_state.dtype
@@ -281,17 +299,18 @@ class FusedRecurrentFunction(torch.autograd.Function):
     @compiles_ahead
     def backward(ctx, do, dht):
         q, k, v, g, u, h0 = ctx.saved_tensors
-        need_q, need_k, need_v, need_g, need_u, _, need_h0, _ = ctx.needs_input_grad
+        need_q, need_k, need_v, need_g, need_u, _, need_h0 = ctx.needs_input_grad[:7]
         need_g = need_g and g is not None
         reads_previous = u is not None
         scale, gate = ctx.scale, ctx.gate
         B, T, H, K = q.shape
         V = v.shape[-1]
+        N = state_count(B, ctx.chunk_offsets)
         BK, BV, NV, num_warps = _blocks(K, V)
         NT = triton.cdiv(T, CHUNK)
         f32 = dict(dtype=torch.float32, device=q.device)
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, READS_PREVIOUS=reads_previous,
-                     NEED_DG=need_g, num_warps=num_warps)
+                     NEED_DG=need_g, VARLEN=ctx.chunk_offsets is not None, num_warps=num_warps)
         do = torch.zeros_like(v) if do is None else do.contiguous()
         dht = None if dht is None else dht.to(torch.float32).contiguous()
         dq = dqs = dk = dks = dv = du = dh0 = dg = None
@@ -300,17 +319,17 @@ class FusedRecurrentFunction(torch.autograd.Function):
         if need_q or need_g:
             dq = torch.empty(NV, B, T, H, K, **f32)
             dqs = torch.empty(NV, B, T, H, K, **f32) if need_g else dq  # dq: a never-written stand-in
-            launch(_bwd_dq_kernel, (NV, B * H), k, v, g, u, h0, do, dq, dqs, states, scale, T, NT, B,
-                   USE_H0=h0 is not None, **modes)
+            launch(_bwd_dq_kernel, (NV, N * H), k, v, g, u, h0, do, dq, dqs, states,
+                   ctx.chunk_offsets, scale, T, NT, B, USE_H0=h0 is not None, **modes)
         if need_k or need_v or need_g or need_u or need_h0:
             dk = torch.empty(NV, B, T, H, K, **f32)
             dks = torch.empty(NV, B, T, H, K, **f32) if need_g else dk  # dk: a never-written stand-in
             dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
             du = torch.empty(NV, B, H, NT, K, **f32) if reads_previous else None
-            dh0 = torch.empty(B, H, K, V, **f32) if need_h0 else None
+            dh0 = torch.empty(N, H, K, V, **f32) if need_h0 else None
             bound = torch.empty(NV, B, H, NT, K, **f32) if need_g else None
-            launch(_bwd_dkv_kernel, (NV, B * H), q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
-                   scale, T, NT, B, USE_DHT=dht is not None,
+            launch(_bwd_dkv_kernel, (NV, N * H), q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
+                   ctx.chunk_offsets, scale, T, NT, B, USE_DHT=dht is not None,
                    STORE_DH0=need_h0, **modes)
             if need_g:
                 per_channel = gate == GATE_CHANNEL
@@ -319,7 +338,8 @@ class FusedRecurrentFunction(torch.autograd.Function):
                                      q_reads_current=not reads_previous,
                                      out_dtype=store_dtype(g.dtype) if per_channel else torch.float32)
                 dg = (dg if per_channel else dg.sum(-1)).to(g.dtype)
-        return (
+        return needed(
+            ctx,
             sum_parts(dq, q.dtype) if need_q else None,
             sum_parts(dk, k.dtype) if need_k else None,
             dv.to(v.dtype) if need_v else None,
@@ -328,13 +348,18 @@ class FusedRecurrentFunction(torch.autograd.Function):
             None,
             dh0.to(ctx.h0_dtype) if need_h0 else None,
             None,
+            None,
         )
 
 
-def fused_recurrent(q, k, v, g, scale, initial_state, output_final_state, u=None):
+def fused_recurrent(q, k, v, g, scale, initial_state, output_final_state, u=None, cu_seqlens=None):
     """The shared launcher; the public functions check their arguments and call this.
 
     With u (rwkv6's bonus, [H, K]) o_t = scale q_t (S_{t-1} + diag(u) k_t^T v_t); else o_t = scale q_t S_t.
+    cu_seqlens: None, or a packed batch's checked sequence starts (host ints, `check_inputs`'s
+    sizes["cu_seqlens"]), run on its aligned row (ops/common/varlen.py).
     """
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return FusedRecurrentFunction.apply(q, k, v, g, u, scale, initial_state, bool(output_final_state))
+    packing = None if cu_seqlens is None else Packing(cu_seqlens, CHUNK, q.device)
+    return apply_packed(FusedRecurrentFunction, packing, (q, k, v, g, u), (True, True, True, True, False),
+                        scale, initial_state, bool(output_final_state))

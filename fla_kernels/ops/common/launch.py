@@ -90,9 +90,11 @@ def compile_ahead_available() -> bool:
 
 def _describe(x):
     """What of an argument can change the kernels a pass compiles: dtypes, ranks, the last
-    dimension (head sizes), flags and integers; not batch or length (never specialised on)."""
+    dimension of a matrix or more (head sizes), flags and integers; not batch or length, nor the
+    length of a vector (a packed batch's chunk offsets: its number of sequences), none of which
+    is specialised on."""
     if isinstance(x, torch.Tensor):
-        return ("tensor", x.dtype, x.dim(), x.shape[-1] if x.dim() else None, x.device)
+        return ("tensor", x.dtype, x.dim(), x.shape[-1] if x.dim() > 1 else None, x.device)
     if isinstance(x, (tuple, list)):
         return tuple(_describe(y) for y in x)
     if isinstance(x, dict):

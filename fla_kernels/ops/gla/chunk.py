@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
-from fla_kernels.ops.common.chunk_gated import chunk_gated_bwd, chunk_gated_fwd
+from fla_kernels.ops.common.chunk_gated import BT, chunk_gated_bwd, chunk_gated_fwd
 from fla_kernels.ops.common.launch import compiles_ahead
 
 GLA_LAYOUTS = dict(q="BTHK", k="BTHK", v="BTHV", g="BTHK")  # the inputs' dimensions (`check_inputs`)
@@ -31,10 +31,12 @@ class ChunkGLAFunction(torch.autograd.Function):
 
     @staticmethod
     @compiles_ahead
-    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, final_state, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False)
+    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state, chunk_offsets=None):
+        o, final_state, A = chunk_gated_fwd(q, k, v, g, None, scale, initial_state, reads_previous=False,
+                                            chunk_offsets=chunk_offsets)
         final_state = final_state if output_final_state else None
-        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state, A)
+        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state, A,
+                     chunk_offsets=chunk_offsets)
         return o, final_state
 
     @staticmethod
@@ -43,16 +45,19 @@ class ChunkGLAFunction(torch.autograd.Function):
         q, k, v, g, initial_state, A = ctx.saved_tensors
         do, dht = upstream(ctx, v, do, dht)
         dq, dk, dv, dg, _, dh0 = chunk_gated_bwd(q, k, v, g, None, ctx.scale, initial_state, do, dht,
-                                                 reads_previous=False, A=A)
+                                                 reads_previous=False, A=A,
+                                                 chunk_offsets=ctx.chunk_offsets)
         return input_grads(ctx, (dq, dk, dv, dg), dh0, initial_state)
 
 
-def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
     """Chunked GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V] float32 or None).
 
     q, k, g: [B, T, H, K]; v: [B, T, H, V]; g is the log gate (<= 0);
     scale defaults to K ** -0.5; initial_state: [B, H, K, V] float32 or None.
-    Differentiable in q, k, v, g and initial_state.
+    Differentiable in q, k, v, g and initial_state. cu_seqlens: None, or int32 / int64 [N + 1],
+    the cumulative starts of N sequences packed along T (B = 1), each run on its own: initial
+    and final state [N, H, K, V].
     """
     return apply_checked(ChunkGLAFunction, "chunk_gla", dict(q=q, k=k, v=v, g=g), GLA_LAYOUTS, scale,
-                         initial_state, output_final_state)
+                         initial_state, output_final_state, cu_seqlens=cu_seqlens, chunk_size=BT)

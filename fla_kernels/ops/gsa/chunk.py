@@ -38,6 +38,9 @@ Backward: chunk_fwd_h, then chunk_bwd_dh for hv (queries p) -> _bwd_dz_kernel
           of s into the leaving state -> _bwd_slots_kernel (ds, ds' and boundary' from both) ->
           chunk_gate_grad.
 
+A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py): the state walks
+take its sequences' chunk offsets, every other kernel runs as it is.
+
 dg follows fused_recurrent.py's module docstring: per chunk,
     dg_t = boundary' + sum_{t <= u <= L} y'_u - sum_{t <= u < L} s_u * ds'_u
 with y'_u = dz_u * z'_u + p_u * dp'_u, where z', dp' are z and dp without the pair (u, u), ds'_u
@@ -460,20 +463,20 @@ class _Launch(LaunchSizes):
         return dict(H=self.H, M=self.M, BT=BT, BM=self.BM, **self.dots, **launch, **sizes)
 
 
-def _states(L, q, k, v, s, g, hk0, hv0):
+def _states(L, q, k, v, s, g, hk0, hv0, chunk_offsets=None):
     """((hk^T states [B, H, NT, M, K], final hk^T), (hv states [B, H, NT, M, V], final hv)),
-    float32."""
+    float32. chunk_offsets: None, or those of a packed batch's sequences (`chunk_fwd_h`)."""
     hk0t = None if hk0 is None else hk0.to(torch.float32).transpose(-1, -2).contiguous()
     hv0 = None if hv0 is None else hv0.to(torch.float32).contiguous()
-    states_k = chunk_fwd_h(s, k, g, hk0t, BT, **L.state_dots)
-    states_v = chunk_fwd_h(s, v, g, hv0, BT, **L.state_dots)
+    states_k = chunk_fwd_h(s, k, g, hk0t, BT, **L.state_dots, chunk_offsets=chunk_offsets)
+    states_v = chunk_fwd_h(s, v, g, hv0, BT, **L.state_dots, chunk_offsets=chunk_offsets)
     return states_k, states_v
 
 
-def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm, store_weights):
+def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm, store_weights, chunk_offsets=None):
     """(o, p [B, T, H, M] float32, z' [B, T, H, M] float32 or None, the hv recurrence's C
     [B, T, H, BT] float32 or None, final hk^T, final hv)."""
-    (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, g, hk0, hv0)
+    (states_k, final_k), (states_v, final_v) = _states(L, q, k, v, s, g, hk0, hv0, chunk_offsets)
     p = torch.empty(L.B, L.T, L.H, L.M, dtype=torch.float32, device=q.device)
     zm = torch.empty_like(p) if store_zm else None
     weights = torch.empty(L.B, L.T, L.H, BT, dtype=torch.float32, device=q.device) \
@@ -486,22 +489,25 @@ def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm, store_weights):
 
 
 class ChunkGSAFunction(torch.autograd.Function):
-    """Autograd wrapper: saves the inputs, p and (for dg) z'; backward recomputes the states."""
+    """Autograd wrapper: saves the inputs, p and (for dg) z'; backward recomputes the states.
+    chunk_offsets: None, or those of a packed batch's sequences on its aligned row (B = 1,
+    ops/common/varlen.py): initial and final states [N, ...]."""
 
     @staticmethod
     @compiles_ahead
-    def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
+    def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state, chunk_offsets=None):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         L = _Launch(q, v, s)
         # what the backward needs, kept only when one can follow: z' for dg, hv's C for any
         o, p, zm, weights_v, final_k, final_v = _forward(
             L, q, k, v, s, g, scale, hk0, hv0, store_zm=ctx.needs_input_grad[4],
-            store_weights=any(ctx.needs_input_grad))
+            store_weights=any(ctx.needs_input_grad), chunk_offsets=chunk_offsets)
         hkt = hvt = None
         if output_final_state:
             hkt = final_k.transpose(-1, -2).contiguous()
             hvt = final_v
         ctx.save_for_backward(q, k, v, s, g, p, zm, weights_v, hk0, hv0)
+        ctx.chunk_offsets = chunk_offsets
         ctx.scale = scale
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), hkt, hvt
@@ -516,10 +522,10 @@ class ChunkGSAFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         do = torch.zeros_like(v) if do is None else do.contiguous()
         use_h0 = hk0 is not None
-        (states_k, _), (states_v, _) = _states(L, q, k, v, s, g, hk0, hv0)
+        (states_k, _), (states_v, _) = _states(L, q, k, v, s, g, hk0, hv0, ctx.chunk_offsets)
         dhvt = None if dhvt is None else dhvt.to(torch.float32).contiguous()
         dhv, dhv0 = chunk_bwd_dh(p, g, do, dhvt, 1.0, BT, q_gate_exclusive=False,
-                                 need_dh0=use_h0, **L.state_dots)
+                                 need_dh0=use_h0, **L.state_dots, chunk_offsets=ctx.chunk_offsets)
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
         grid = (L.NS, L.B * L.H)
@@ -528,7 +534,7 @@ class ChunkGSAFunction(torch.autograd.Function):
 
         dhkt_t = None if dhkt is None else dhkt.to(torch.float32).transpose(-1, -2).contiguous()
         dhk, dhk0 = chunk_bwd_dh(dz, g, q, dhkt_t, scale, BT, q_gate_exclusive=False,
-                                 need_dh0=use_h0, **L.state_dots)
+                                 need_dh0=use_h0, **L.state_dots, chunk_offsets=ctx.chunk_offsets)
         dq, dk, dv, ds = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device)
                           for x in (q, k, v, s))
         weights_k = torch.empty_like(weights_v)  # C of hk^T, left by the dq kernel
@@ -560,14 +566,17 @@ class ChunkGSAFunction(torch.autograd.Function):
         return gsa_grads(ctx, (q, k, v, s), (dq, dk, dv, ds), dg, (dhk0, dhv0), h0_dtypes)
 
 
-def chunk_gsa(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False):
+def chunk_gsa(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False,
+              cu_seqlens=None):
     """Chunked gated slot attention.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; s, g: [B, T, H, M] (g the log gate, <= 0); one dtype
     (fp32, fp16 or bf16), but g may be float32 beside 16-bit inputs. g = None is the ungated
     form: s sets its own decay (`ops/gsa/gate.py`). initial_state: None or (hk [B, H, K, M],
     hv [B, H, M, V]) float32. scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the
-    inputs' dtype, (hk, hv) float32 or None); differentiable in every tensor.
+    inputs' dtype, (hk, hv) float32 or None); differentiable in every tensor. cu_seqlens: None,
+    or int32 / int64 [N + 1], the cumulative starts of N sequences packed along T (B = 1), each
+    run on its own: initial and final states ([N, H, K, M], [N, H, M, V]).
     """
     return apply_gsa("chunk_gsa", ChunkGSAFunction, q, k, v, s, g, scale, initial_state,
-                     output_final_state)
+                     output_final_state, cu_seqlens, BT)

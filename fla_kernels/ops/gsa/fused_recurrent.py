@@ -31,6 +31,9 @@ step) appear in both y and s * ds and are left out of both, so strong decay, whi
 dg tiny while they stay O(1), does not cost dg its precision in float32 (at T = 1 with no
 initial state dg is exactly 0). The sums run inside a chunk only (`chunk_gate_grad`), so
 their error does not grow with T, and no past state is rebuilt by dividing by a decay.
+
+A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py): with VARLEN a
+program's n*H + h walks the chunks of sequence n alone, from its initial states to its final ones.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ from fla_kernels.ops.common import chunk_gate_grad
 from fla_kernels.ops.common.autograd import cast, needed
 from fla_kernels.ops.common.launch import compiles_ahead, launch
 from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.ops.gsa.gate import additive_gate
 from fla_kernels.precision import store_dtype
 from fla_kernels.utils import check_inputs
@@ -90,16 +94,18 @@ def _token_inputs(q, k, v, s, g, token, scale, K: tl.constexpr, V: tl.constexpr,
     return b_q, b_k, b_v, b_s, b_d
 
 
-@triton.jit(do_not_specialize=["T"])
-def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, scale, T, H: tl.constexpr, K: tl.constexpr,
-                V: tl.constexpr, M: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
-                USE_H0: tl.constexpr, STORE_HT: tl.constexpr):
-    """o [B, T, H, V] in o's dtype; hkt [B, H, K, M], hvt [B, H, M, V] float32 when STORE_HT."""
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, chunk_offsets, scale, T, NT,
+                H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+                BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
+                USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr):
+    """o [B, T, H, V] in o's dtype; hkt [B, H, K, M], hvt [B, H, M, V] float32 when STORE_HT
+    (with VARLEN: the tokens of each sequence's chunks, final states [N, ...])."""
     i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
+    i_b, i_h, _, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(i_v, K, V, M, BK, BV, BM)
     b_hk, b_hv = _initial_states(hk0, hv0, i_bh, i_v, K, V, M, BK, BV, BM, USE_H0, USE_H0)
-    for t in range(T):
+    for t in range(c_lo * BT, tl.minimum(c_hi * BT, T)):
         token = (i_b * T + t) * H + i_h
         b_q, b_k, b_v, b_s, b_d = _token_inputs(q, k, v, s, g, token, scale, K, V, M, o_k, o_m, o_v,
                                                 m_k, m_m, m_v)
@@ -116,18 +122,18 @@ def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, scale, T, H: tl.constexpr,
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_fwd_kernel(q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, T, NT,
-                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
+def _bwd_fwd_kernel(q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, chunk_offsets, scale, T,
+                    NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
                     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
-                    USE_H0: tl.constexpr, NEED_DG: tl.constexpr):
+                    USE_H0: tl.constexpr, NEED_DG: tl.constexpr, VARLEN: tl.constexpr):
     """Forward in time, one program per b*h. Writes dq (dq's dtype), p and dz [B, T, H, M] float32;
     with NEED_DG also y' [B, T, H, M] and the chunk-leaving states less their last increment,
     stk [B, H, NT, K, M] and stv [B, H, NT, M, V], float32 (see the module docstring)."""
     i_bh = tl.program_id(0).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
+    i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(0, K, V, M, BK, BV, BM)
     b_hk, b_hv = _initial_states(hk0, hv0, i_bh, 0, K, V, M, BK, BV, BM, USE_H0, USE_H0)
-    for i_c in range(NT):
+    for i_c in range(c_lo, c_hi):
         b_hkm = b_hk
         b_hvm = b_hv
         for j in range(tl.minimum(T - i_c * BT, BT)):
@@ -151,30 +157,30 @@ def _bwd_fwd_kernel(q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, 
                        + b_p * tl.sum(b_hvm * b_do[None, :], axis=1))
                 tl.store(y + token * M + o_m, b_y, mask=m_m)
         if NEED_DG:
-            store_state(stk, i_bh * NT + i_c, b_hkm, K, M, BK, BM, 0, 0, False)
-            store_state(stv, i_bh * NT + i_c, b_hvm, M, V, BM, BV, 0, 0, False)
+            store_state(stk, i_row * NT + i_c, b_hkm, K, M, BK, BM, 0, 0, False)
+            store_state(stv, i_row * NT + i_c, b_hvm, M, V, BM, BV, 0, 0, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
 def _bwd_rev_kernel(q, k, v, s, g, do, p, dz, dhkt, dhvt, stk, stv, dk, dv, ds, dsm, bound, dhk0, dhv0,
-                    scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, M: tl.constexpr,
-                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
-                    USE_DHKT: tl.constexpr, USE_DHVT: tl.constexpr, STORE_DH0: tl.constexpr,
-                    NEED_DG: tl.constexpr):
+                    chunk_offsets, scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                    M: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                    BM: tl.constexpr, USE_DHKT: tl.constexpr, USE_DHVT: tl.constexpr,
+                    STORE_DH0: tl.constexpr, NEED_DG: tl.constexpr, VARLEN: tl.constexpr):
     """Backward in time, one program per b*h. Writes dk, dv, ds in their dtypes; dhk0, dhv0
     float32 when STORE_DH0; with NEED_DG ds' [B, T, H, M] (zero on each chunk's last row) and
     boundary' [B, H, NT, M], float32 (see the module docstring)."""
     i_bh = tl.program_id(0).to(tl.int64)
-    i_b, i_h = i_bh // H, i_bh % H
+    i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(0, K, V, M, BK, BV, BM)
     b_dhk, b_dhv = _initial_states(dhkt, dhvt, i_bh, 0, K, V, M, BK, BV, BM, USE_DHKT, USE_DHVT)
-    for i in range(NT):
-        i_c = NT - 1 - i
+    for i in range(c_hi - c_lo):
+        i_c = c_hi - 1 - i
         if NEED_DG:
-            b_sk = load_state(stk, i_bh * NT + i_c, K, M, BK, BM, 0, 0, False)
-            b_sv = load_state(stv, i_bh * NT + i_c, M, V, BM, BV, 0, 0, False)
+            b_sk = load_state(stk, i_row * NT + i_c, K, M, BK, BM, 0, 0, False)
+            b_sv = load_state(stv, i_row * NT + i_c, M, V, BM, BV, 0, 0, False)
             b_bound = tl.sum(b_sk * b_dhk, axis=0) + tl.sum(b_sv * b_dhv, axis=1)
-            tl.store(bound + (i_bh * NT + i_c) * M + o_m, b_bound, mask=m_m)
+            tl.store(bound + (i_row * NT + i_c) * M + o_m, b_bound, mask=m_m)
         n = tl.minimum(T - i_c * BT, BT)
         for j in range(n):
             # the chunk's rows from its last (j = 0) back to its first
@@ -213,27 +219,32 @@ def _warps(*sizes):
 
 
 class FusedRecurrentGSAFunction(torch.autograd.Function):
-    """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad."""
+    """Autograd wrapper around the three token-by-token kernels and chunk_gate_grad. chunk_offsets:
+    None, or those of a packed batch's sequences on its aligned row (B = 1, ops/common/varlen.py):
+    initial and final states [N, ...]."""
 
     @staticmethod
     @compiles_ahead
-    def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state):
+    def forward(ctx, q, k, v, s, g, scale, hk0, hv0, output_final_state, chunk_offsets=None):
         q, k, v, s, g = (x.contiguous() for x in (q, k, v, s, g))
         h0 = None if hk0 is None else tuple(x.to(torch.float32).contiguous() for x in (hk0, hv0))
         B, T, H, K = q.shape
         V, M = v.shape[-1], s.shape[-1]
+        N = state_count(B, chunk_offsets)
         BK, BM = _pow2(K), _pow2(M)
         BV = min(_pow2(V), 64)
         NV = triton.cdiv(V, BV)
         o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
         f32 = dict(dtype=torch.float32, device=q.device)
-        hkt = torch.empty(B, H, K, M, **f32) if output_final_state else None
-        hvt = torch.empty(B, H, M, V, **f32) if output_final_state else None
-        launch(_fwd_kernel, (NV, B * H),
-            q, k, v, s, g, *(h0 or (None, None)), o, hkt, hvt, scale, T, H=H, K=K, V=V, M=M,
-            BK=BK, BV=BV, BM=BM, USE_H0=h0 is not None, STORE_HT=output_final_state,
+        hkt = torch.empty(N, H, K, M, **f32) if output_final_state else None
+        hvt = torch.empty(N, H, M, V, **f32) if output_final_state else None
+        launch(_fwd_kernel, (NV, N * H),
+            q, k, v, s, g, *(h0 or (None, None)), o, hkt, hvt, chunk_offsets, scale, T,
+            triton.cdiv(T, CHUNK), H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
+            USE_H0=h0 is not None, STORE_HT=output_final_state, VARLEN=chunk_offsets is not None,
             num_warps=_warps(BK * BM, BM * BV))
         ctx.save_for_backward(q, k, v, s, g, *(h0 or (None, None)))
+        ctx.chunk_offsets = chunk_offsets
         ctx.scale = scale
         ctx.h0_dtypes = None if hk0 is None else (hk0.dtype, hv0.dtype)
         ctx.set_materialize_grads(False)
@@ -247,6 +258,8 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         scale = ctx.scale
         B, T, H, K = q.shape
         V, M = v.shape[-1], s.shape[-1]
+        N = state_count(B, ctx.chunk_offsets)
+        varlen = dict(VARLEN=ctx.chunk_offsets is not None)
         BK, BM, BV = _pow2(K), _pow2(M), _pow2(V)
         num_warps = _warps(BK * BM, BM * BV)
         NT = triton.cdiv(T, CHUNK)
@@ -263,22 +276,23 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         y = torch.empty_like(p) if need_g else p          # p: a never-written stand-in
         stk = torch.empty(B, H, NT, K, M, **f32) if need_g else None
         stv = torch.empty(B, H, NT, M, V, **f32) if need_g else None
-        launch(_bwd_fwd_kernel, (B * H,),
-            q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, scale, T, NT, H=H, K=K, V=V, M=M,
-            BT=CHUNK, BK=BK, BV=BV, BM=BM, USE_H0=use_h0, NEED_DG=need_g, num_warps=num_warps)
+        launch(_bwd_fwd_kernel, (N * H,),
+            q, k, v, s, g, hk0, hv0, do, dq, p, dz, y, stk, stv, ctx.chunk_offsets, scale, T, NT,
+            H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM, USE_H0=use_h0, NEED_DG=need_g,
+            num_warps=num_warps, **varlen)
 
         dk = torch.empty(k.shape, dtype=store_dtype(k.dtype), device=q.device)
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=q.device)
         ds = torch.empty(s.shape, dtype=store_dtype(s.dtype), device=q.device)
         dsm = torch.empty(B, T, H, M, **f32) if need_g else ds  # ds: a never-written stand-in
         bound = torch.empty(B, H, NT, M, **f32) if need_g else None
-        dhk0 = torch.empty(B, H, K, M, **f32) if need_h0 else None
-        dhv0 = torch.empty(B, H, M, V, **f32) if need_h0 else None
-        launch(_bwd_rev_kernel, (B * H,),
+        dhk0 = torch.empty(N, H, K, M, **f32) if need_h0 else None
+        dhv0 = torch.empty(N, H, M, V, **f32) if need_h0 else None
+        launch(_bwd_rev_kernel, (N * H,),
             q, k, v, s, g, do, p, dz, dhkt, dhvt, stk, stv, dk, dv, ds, dsm, bound, dhk0, dhv0,
-            scale, T, NT, H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
+            ctx.chunk_offsets, scale, T, NT, H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
             USE_DHKT=dhkt is not None, USE_DHVT=dhvt is not None, STORE_DH0=need_h0,
-            NEED_DG=need_g, num_warps=num_warps)
+            NEED_DG=need_g, num_warps=num_warps, **varlen)
         dg = None
         if need_g:
             dg = chunk_gate_grad(y, torch.ones_like(y), s, dsm, bound, CHUNK, q_reads_current=True,
@@ -292,32 +306,39 @@ def gsa_grads(ctx, inputs, grads, dg, dh0, h0_dtypes):
     where autograd needs none."""
     dq, dk, dv, ds = (x.to(t.dtype) for x, t in zip(grads, inputs))
     dhk0, dhv0 = (None, None) if h0_dtypes is None else (cast(x, d) for x, d in zip(dh0, h0_dtypes))
-    return needed(ctx, dq, dk, dv, ds, dg, None, dhk0, dhv0, None)
+    return needed(ctx, dq, dk, dv, ds, dg, None, dhk0, dhv0, None, None)
 
 
-def fused_recurrent_gsa(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False):
+def fused_recurrent_gsa(q, k, v, s, g=None, scale=None, initial_state=None, output_final_state=False,
+                        cu_seqlens=None):
     """Gated slot attention, token by token.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; s, g: [B, T, H, M] (g the log gate, <= 0); one dtype
     (fp32, fp16 or bf16), but g may be float32 beside 16-bit inputs. g = None is the ungated
     form: s sets its own decay (`ops/gsa/gate.py`). initial_state: None or (hk [B, H, K, M],
     hv [B, H, M, V]) float32. scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the
-    inputs' dtype, (hk, hv) float32 or None); differentiable in every tensor.
+    inputs' dtype, (hk, hv) float32 or None); differentiable in every tensor. cu_seqlens: None,
+    or int32 / int64 [N + 1], the cumulative starts of N sequences packed along T (B = 1), each
+    run on its own: initial and final states ([N, H, K, M], [N, H, M, V]).
     """
     return apply_gsa("fused_recurrent_gsa", FusedRecurrentGSAFunction, q, k, v, s, g, scale,
-                     initial_state, output_final_state)
+                     initial_state, output_final_state, cu_seqlens, CHUNK)
 
 
-def apply_gsa(op, function, q, k, v, s, g, scale, initial_state, output_final_state):
+def apply_gsa(op, function, q, k, v, s, g, scale, initial_state, output_final_state,
+              cu_seqlens=None, chunk_size=None):
     """The public functions' shared body: check the arguments (ValueError before any launch), turn
-    s into (s', g) where g is None (`additive_gate`), run the autograd `function`, return
-    (o, (hk, hv) or None)."""
-    K = check_inputs(op, dict(q=q, k=k, v=v, s=s, g=g),
-                     dict(q="BTHK", k="BTHK", v="BTHV", s="BTHM", g="BTHM"), optional=("g",),
-                     initial_state=initial_state, states=dict(hk="BHKM", hv="BHMV"))["K"]
-    scale = K ** -0.5 if scale is None else float(scale)
+    s into (s', g) where g is None (`additive_gate`, per packed sequence), run the autograd
+    `function` (its last argument the chunk offsets of a packed batch on its aligned row of
+    chunks of chunk_size, `apply_packed`), return (o, (hk, hv) or None)."""
+    sizes = check_inputs(op, dict(q=q, k=k, v=v, s=s, g=g),
+                         dict(q="BTHK", k="BTHK", v="BTHV", s="BTHM", g="BTHM"), optional=("g",),
+                         initial_state=initial_state, states=dict(hk="BHKM", hv="BHMV"),
+                         cu_seqlens=cu_seqlens)
+    scale = sizes["K"] ** -0.5 if scale is None else float(scale)
     if g is None:
-        s, g = additive_gate(s)
+        s, g = additive_gate(s, sizes.get("cu_seqlens"))
     hk0, hv0 = (None, None) if initial_state is None else initial_state
-    o, hkt, hvt = function.apply(q, k, v, s, g, scale, hk0, hv0, bool(output_final_state))
+    o, hkt, hvt = apply_packed(function, Packing.of(sizes, chunk_size, q.device), (q, k, v, s, g),
+                               (True,) * 5, scale, hk0, hv0, bool(output_final_state))
     return o, ((hkt, hvt) if output_final_state else None)

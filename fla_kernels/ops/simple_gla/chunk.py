@@ -21,6 +21,8 @@ Backward: states recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dv_kernel (dv)
           -> _bwd_dqkg_kernel (dq, dk and per-K-block partials of dg). States and dh are
           stored in bf16 for bf16 inputs without a gate, else in float32 (dg reads them
           element-wise).
+A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py): the two state
+walks take its sequences' chunk offsets, the other kernels run as they are.
 Products of two loaded 16-bit tiles take their own dtype (exact); products of a dot's
 result take rounded tf32 operands (`_Launch` says why), except, with a gate, dA's products with
 k and q, which take two (`mma_tf32_split`: see the gate gradient below).
@@ -262,16 +264,17 @@ class _Launch(LaunchSizes):
         return triton.cdiv(self.K, BK), triton.cdiv(self.V, BV), dict(BK=BK, BV=BV, **launch, **self.dots)
 
 
-def _states(L, k, v, g, initial_state, state_dtype=torch.float32):
+def _states(L, k, v, g, initial_state, state_dtype=torch.float32, chunk_offsets=None):
     """(states [B, H, NT, K, V] in state_dtype, entering each chunk; final state float32)."""
     return chunk_fwd_h(k, v, g, initial_state, BT, **L.state_dots, state_dtype=state_dtype,
-                       tuning=TUNING["fwd_h"])
+                       tuning=TUNING["fwd_h"], chunk_offsets=chunk_offsets)
 
 
-def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
-    """(o in v's dtype, final state [B, H, K, V] float32)."""
+def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state, chunk_offsets=None):
+    """(o in v's dtype, final state [B, H, K, V] float32). chunk_offsets: None, or those of a
+    packed batch's sequences on its aligned row (ops/common/varlen.py; states [N, H, K, V])."""
     L = _Launch(q, v)
-    states, final = _states(L, k, v, g, initial_state, L.state_dtype)
+    states, final = _states(L, k, v, g, initial_state, L.state_dtype, chunk_offsets)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("fwd_o")
     launch(_fwd_o_kernel, (NV, L.NT, L.B * L.H),
@@ -280,14 +283,16 @@ def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state):
     return o.to(v.dtype), final
 
 
-def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht):
-    """(dq, dk, dv, dg or None, dh0 or None); dht may be None (no gradient from the final state)."""
+def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht, chunk_offsets=None):
+    """(dq, dk, dv, dg or None, dh0 or None); dht may be None (no gradient from the final state).
+    chunk_offsets: as for `chunk_simple_gla_fwd`."""
     L = _Launch(q, v)
     state_dtype = L.state_dtype if g is None else torch.float32
-    states, _ = _states(L, k, v, g, initial_state, state_dtype)
+    states, _ = _states(L, k, v, g, initial_state, state_dtype, chunk_offsets)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=False,
                            need_dh0=initial_state is not None, **L.state_dots,
-                           state_dtype=state_dtype, tuning=TUNING["bwd_dh"])
+                           state_dtype=state_dtype, tuning=TUNING["bwd_dh"],
+                           chunk_offsets=chunk_offsets)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("bwd_dv")
     launch(_bwd_dv_kernel, (NV, L.NT, L.B * L.H),
@@ -310,10 +315,11 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
 
     @staticmethod
     @compiles_ahead
-    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
-        o, final_state = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state)
+    def forward(ctx, q, k, v, g, scale, initial_state, output_final_state, chunk_offsets=None):
+        o, final_state = chunk_simple_gla_fwd(q, k, v, g, scale, initial_state, chunk_offsets)
         final_state = final_state if output_final_state else None
-        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state)
+        save_context(ctx, scale, output_final_state, q, k, v, g, initial_state,
+                     chunk_offsets=chunk_offsets)
         ctx.set_materialize_grads(False)
         return o, final_state
 
@@ -322,28 +328,31 @@ class ChunkSimpleGLAFunction(torch.autograd.Function):
     def backward(ctx, do, dht):
         q, k, v, g, initial_state = ctx.saved_tensors
         do, dht = upstream(ctx, v, do, dht)
-        dq, dk, dv, dg, dh0 = chunk_simple_gla_bwd(q, k, v, g, ctx.scale, initial_state, do, dht)
+        dq, dk, dv, dg, dh0 = chunk_simple_gla_bwd(q, k, v, g, ctx.scale, initial_state, do, dht,
+                                                   ctx.chunk_offsets)
         return input_grads(ctx, (dq, dk, dv, dg), dh0, initial_state)
 
 
-def decay_gate(op, q, k, v, g, g_gamma, initial_state):
-    """The gate [B, T, H] a simple-GLA call runs with, its arguments checked first: g, or the
-    constant per-head log decay g_gamma [H] as that gate of every step (None for neither).
+def decay_gate(op, q, k, v, g, g_gamma, initial_state, cu_seqlens=None):
+    """(the gate [B, T, H] a simple-GLA call runs with, the `check_inputs` sizes), its arguments
+    checked first: g, or the constant per-head log decay g_gamma [H] as that gate of every step
+    (None for neither).
 
     g_gamma takes no gradient (its gradient is None, as upstream returns none): it enters
     detached, so the kernels skip the gate gradient for it.
     """
-    check_inputs(op, dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma), SIMPLE_GLA_LAYOUTS,
-                 optional=("g", "g_gamma"), initial_state=initial_state)
+    sizes = check_inputs(op, dict(q=q, k=k, v=v, g=g, g_gamma=g_gamma), SIMPLE_GLA_LAYOUTS,
+                         optional=("g", "g_gamma"), initial_state=initial_state,
+                         cu_seqlens=cu_seqlens)
     if g_gamma is None:
-        return g
+        return g, sizes
     if g is not None:
         raise ValueError(f"{op}: pass g or g_gamma, not both.")
-    return g_gamma.detach().expand(q.shape[:3]).contiguous()
+    return g_gamma.detach().expand(q.shape[:3]).contiguous(), sizes
 
 
 def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
-                     output_final_state=False):
+                     output_final_state=False, cu_seqlens=None):
     """Chunked simple GLA: returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V]
     float32 or None).
 
@@ -352,8 +361,10 @@ def chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=No
     but g may be float32 beside 16-bit q, k, v. g_gamma: [H], a constant log decay per head in
     place of g (not both); its gradient is None (`decay_gate`). scale defaults to K ** -0.5;
     initial_state: [B, H, K, V] float32 or None. Differentiable in q, k, v, g and initial_state.
+    cu_seqlens: None, or int32 / int64 [N + 1], the cumulative starts of N sequences packed
+    along T (B = 1), each run on its own: initial and final state [N, H, K, V].
     """
-    g = decay_gate("chunk_simple_gla", q, k, v, g, g_gamma, initial_state)
+    g, sizes = decay_gate("chunk_simple_gla", q, k, v, g, g_gamma, initial_state, cu_seqlens)
     return apply_checked(ChunkSimpleGLAFunction, "chunk_simple_gla", dict(q=q, k=k, v=v, g=g),
                          SIMPLE_GLA_LAYOUTS, scale, initial_state, output_final_state,
-                         optional=("g",))
+                         optional=("g",), chunk_size=BT, sizes=sizes)

@@ -10,7 +10,7 @@ from fla_kernels.ops.simple_gla.chunk import decay_gate
 
 
 def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
-                               output_final_state=False):
+                               output_final_state=False, cu_seqlens=None):
     """Simple gated linear attention, token by token.
 
     q, k: [B, T, H, K]; v: [B, T, H, V]; g: [B, T, H] (one log decay <= 0 per head and
@@ -19,7 +19,11 @@ def fused_recurrent_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initia
     a constant log decay per head in place of g (not both); its gradient is None
     (`decay_gate`). initial_state: [B, H, K, V] float32 or None. scale defaults to
     K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, final state [B, H, K, V]
-    float32 or None); differentiable in every other tensor.
+    float32 or None); differentiable in every other tensor. cu_seqlens: None, or int32 /
+    int64 [N + 1], the cumulative starts of N sequences packed along T (B = 1), each run on
+    its own: initial and final state [N, H, K, V].
     """
-    g = decay_gate("fused_recurrent_simple_gla", q, k, v, g, g_gamma, initial_state)
-    return fused_recurrent(q, k, v, g, scale, initial_state, output_final_state)
+    g, sizes = decay_gate("fused_recurrent_simple_gla", q, k, v, g, g_gamma, initial_state,
+                          cu_seqlens)
+    return fused_recurrent(q, k, v, g, scale, initial_state, output_final_state,
+                           cu_seqlens=sizes.get("cu_seqlens"))
