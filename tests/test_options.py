@@ -143,7 +143,7 @@ def normalized_without_dk(q, k, v, scale=None, initial_state=None, output_final_
     """Planted: the denominator's gradient never reaches k."""
     h0, z0 = initial_state
     o, ht = fk.chunk_linear_attn(q, k, v, q.shape[-1] ** -0.5, h0, True)
-    o, zt = NormalizeFunction.apply(o, q, k.detach(), z0, q.shape[-1] ** -0.5, None)
+    o, zt = NormalizeFunction.apply(o, q, k.detach(), z0, q.shape[-1] ** -0.5)
     return o, (ht, zt)
 
 
