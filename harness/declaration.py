@@ -19,7 +19,8 @@ class InputSpec:
     """One input tensor: its name and shape in terms of the case's shape symbols."""
     name: str
     shape: tuple            # symbols among CORE_SYMBOLS and the op's own `symbols`
-    kind: str = "randn"     # "randn" or "gate" (log gate: logsigmoid(randn) / normaliser)
+    kind: str = "randn"     # "randn", "gate" (log gate: logsigmoid(randn) / normaliser) or
+                            # "positive" (elu(randn) + 1, a positive feature map's output)
     optional: bool = False  # the op also accepts None here (its gradient is then None)
     grad: bool = True       # the op gives its gradient (False: a constant, as simple GLA's g_gamma)
 
@@ -43,6 +44,7 @@ class OptionSpec:
     without: tuple = ()                          # inputs passed as None
     states: tuple = ()                           # StateSpec appended to the op's states
     chainable: bool = True   # segments chained through the final state equal one call
+    kinds: dict = field(default_factory=dict)    # input -> how it is drawn under the option
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ class OpSpec:
             known = ", ".join(options) or "none"
             raise ValueError(f"op '{core.name}' has no option '{option}'; its options: {known}.")
         extra = options[option]
-        return replace(core, inputs=core.inputs + extra.inputs, states=core.states + extra.states,
+        inputs = tuple(replace(s, kind=extra.kinds.get(s.name, s.kind)) for s in core.inputs)
+        return replace(core, inputs=inputs + extra.inputs, states=core.states + extra.states,
                        option=option, base=core)
 
     def option_spec(self) -> OptionSpec:

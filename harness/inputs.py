@@ -64,6 +64,8 @@ def make_inputs(spec: OpSpec, case: Case, device, generator: torch.Generator | N
         x = torch.randn(shape, generator=gen, dtype=torch.float32)
         if kind == "gate":
             x = torch.full_like(x, EXTREME_GATE) if GATES[case.gate] is None else F.logsigmoid(x) / GATES[case.gate]
+        elif kind == "positive":
+            x = F.elu(x) + 1
         return x.to(case.gate_dtype if kind == "gate" else case.torch_dtype).to(device)
 
     extra = spec.option_spec()

@@ -1,7 +1,8 @@
 """layer: the op's layer (fla_kernels.layers) around an implementation: output shape, one call and
 two segments through the Cache against a float64 golden of the same layer (outputs and parameter
 gradients), inputs and cache left untouched, and truncated training segment by segment. The layer
-brings its own gates and state, so it runs once per (op, dtype, T) of a plan."""
+brings its own gates and state, so it runs once per (op, dtype, T) of a plan, on plain batches of
+the op's core call in one dtype (a mixed dtype's layer is its activations' dtype's, which runs)."""
 from __future__ import annotations
 
 import copy
@@ -9,6 +10,7 @@ import functools
 
 import torch
 
+from harness.cases import DTYPES
 from harness.checks.check import Check
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.segments import segment_bounds
@@ -136,4 +138,4 @@ def rows(ctx, impl, execution) -> list[dict]:
 
 CHECK = Check("layer", rows, group=("op", "dtype", "T"),
               applies=lambda ctx, impl: ctx.spec.layer is not None and not ctx.case.packed
-              and ctx.case.option == "none" and ctx.sample is None)
+              and ctx.case.option == "none" and ctx.sample is None and ctx.case.dtype in DTYPES)

@@ -391,10 +391,14 @@ class _Launch(LaunchSizes):
 
     def __init__(self, q, v, reads_previous):
         super().__init__(q, v, BT)
-        # triton 3.6 on the H100 miscompiles `_bwd_dv_kernel` over 16-wide K-blocks with 4 warps
-        # (an out-of-bounds shared-memory read in the store of dv under compute-sanitizer; dv
-        # wrong at V >= 24, an illegal address at V = 24): K = 16 takes a 32-wide masked block
-        self.BK_DV = max(self.BK, 32)
+        # triton 3.6 on the H100 miscompiles `_fwd_o_kernel` and `_bwd_dv_kernel` where a block
+        # narrower than 64 is masked (compute-sanitizer: invalid shared-memory reads in their
+        # products at V = 24 (32-wide V-blocks) and at K = 8 (32-wide K-blocks of dv); o and dv
+        # wrong, or an illegal address); 64-wide masked blocks are clean at K, V in 8, 24, 48,
+        # 64, 100. Those two kernels take 64-wide blocks of V, and dv 64-wide blocks of K.
+        self.BK_DV = 64
+        self.BV_O = 64
+        self.NV_O = triton.cdiv(self.V, self.BV_O)
         self.BK_A = block_size(self.K, cap=INTRA_A["BK_CAP"])
         self.BK_BWD = block_size(self.K, cap=INTRA_BWD["BK_CAP"])
         self.reads_previous = bool(reads_previous)
@@ -440,9 +444,9 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous, chunk_o
                             chunk_offsets=chunk_offsets)
     A = _intra_scores(L, q, k, g, u)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    launch(_fwd_o_kernel, (L.NV, L.NT, L.B * L.H),
+    launch(_fwd_o_kernel, (L.NV_O, L.NT, L.B * L.H),
         q, v, g, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK,
-        BV=L.BV, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
+        BV=L.BV_O, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     return o.to(v.dtype), final, A
 
 
@@ -454,7 +458,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
-    grid_v = (L.NV, L.NT, L.B * L.H)
+    grid_v = (L.NV_O, L.NT, L.B * L.H)
     states, _ = _states(L, k, v, g, initial_state, chunk_offsets=chunk_offsets)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=L.reads_previous,
                            need_dh0=initial_state is not None, **L.state_dots,
@@ -465,7 +469,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     launch(_bwd_dA_kernel, (L.NT, L.B * L.H), do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     launch(_bwd_dv_kernel, grid_v, k, g, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
-           BT=BT, BK=L.BK_DV, BV=L.BV, **TWO_STAGES, **L.dots)
+           BT=BT, BK=L.BK_DV, BV=L.BV_O, **TWO_STAGES, **L.dots)
     dqs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=q.device)
     dks = torch.empty_like(dqs)
     boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)

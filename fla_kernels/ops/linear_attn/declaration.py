@@ -9,6 +9,9 @@ OP = OpSpec(
     layer=LayerSpec("fla_kernels.layers:LinearAttention"),
     # fla normalises by default; these adapters pass normalize=False, the op defined here
     upstream={"fla": {v: f"harness.upstream:fla_{v}_linear_attn" for v in ("chunk", "fused_chunk", "fused_recurrent")}},
+    # the normalised form divides by q_t . z_t, which only positive feature maps keep away from 0:
+    # q and k are drawn as elu(x) + 1 under it
     options={"normalize": OptionSpec("o_t / (scale q_t . z_t + 1e-10), z_t the running key sum, a state",
-                                     kwargs={"normalize": True}, states=(StateSpec("z", ("B", 1, "H", "K")),))},
+                                     kwargs={"normalize": True}, states=(StateSpec("z", ("B", 1, "H", "K")),),
+                                     kinds={"q": "positive", "k": "positive"})},
 )
