@@ -44,9 +44,9 @@ from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, chunk
                                                 gates_from, through_states)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import LaunchSizes, block_size, launch, tuned_blocks
-from fla_kernels.ops.common.tiles import (gather_rows, head_program, load_chunk_rows, load_rows,
-                                          load_rows_t, load_state, store_rows)
+from fla_kernels.ops.common.launch import LaunchSizes, block_size, flat_grid, launch, tuned_blocks
+from fla_kernels.ops.common.tiles import (flat_program, gather_rows, head_program, load_chunk_rows,
+                                          load_rows, load_rows_t, load_state, store_rows)
 from fla_kernels.precision import store_dtype
 
 BT = 64  # tokens per chunk
@@ -100,7 +100,7 @@ def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.c
     """
     NC: tl.constexpr = BT // BC
     GATE_DTYPE: tl.constexpr = g.dtype.element_ty
-    i_p, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_p, i_c, i_bh, i_b, i_h, row = head_program(T, H, NC + NC * (NC - 1) // 2, tl.cdiv(T, BT))
     base = row * K
     c0 = i_c * BT
     o_i = tl.arange(0, BC)
@@ -154,7 +154,7 @@ def _fwd_o_kernel(q, v, g, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.co
                   BV: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
                   OPERAND_DTYPE: tl.constexpr):
     """o = scale * ((q * exp(pre)) h_c + A v), one program per (V-block, chunk, b*h)."""
-    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     b_o = tl.zeros([BT, BV], dtype=tl.float32)
@@ -176,7 +176,7 @@ def _fwd_o_kernel(q, v, g, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.co
 def _bwd_dA_kernel(do, v, dA, scale, T, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """dA [B, H, T, BT] float32 = scale * do v^T on and below the diagonal, per (chunk, b*h)."""
-    i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_c, _, i_bh = flat_program(tl.cdiv(T, BT), 1)
     i_b, i_h = i_bh // H, i_bh % H
     base_v = (i_b * T * H + i_h) * V
     c0 = i_c * BT
@@ -197,7 +197,7 @@ def _bwd_dv_kernel(k, g, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
 
     dh_c is the gradient w.r.t. the state leaving chunk c.
     """
-    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     p_At, m_At = _score_block(A, i_bh, T, c0, 0, BT, BT, BT, True)
@@ -228,7 +228,7 @@ def _bwd_inter_kernel(k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boun
     boundary term of dg without that gate-free path (`_bwd_intra_kernel` says
     why both sides drop it).
     """
-    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     is_last = (c0 + tl.arange(0, BT) == tl.minimum(c0 + BT, T) - 1)[:, None]
@@ -294,7 +294,7 @@ def _bwd_intra_kernel(q, k, g, u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_pa
     """
     NC: tl.constexpr = BT // BC
     GATE_DTYPE: tl.constexpr = g.dtype.element_ty
-    i_ki, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_ki, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK) * NC, NT)
     i_k, i_i = i_ki // NC, i_ki % NC
     base = row * K
     c0 = i_c * BT
@@ -410,7 +410,7 @@ def _intra_scores(L, q, k, g, u):
     anyway, so o and dv are the same to the bit with half the traffic (`store_dtype`)."""
     A = torch.empty(L.B, L.H, L.T, BT, dtype=store_dtype(q.dtype), device=q.device)
     NC = BT // BC
-    launch(_intra_A_kernel, (NC + NC * (NC - 1) // 2, L.NT, L.B * L.H),
+    launch(_intra_A_kernel, flat_grid(NC + NC * (NC - 1) // 2, L.NT, L.B * L.H),
         q, k, g, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
         READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], LEVELS=LEVELS, **L.dots)
     return A
@@ -444,7 +444,7 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous, chunk_o
                             chunk_offsets=chunk_offsets)
     A = _intra_scores(L, q, k, g, u)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    launch(_fwd_o_kernel, (L.NV_O, L.NT, L.B * L.H),
+    launch(_fwd_o_kernel, flat_grid(L.NV_O, L.NT, L.B * L.H),
         q, v, g, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK,
         BV=L.BV_O, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     return o.to(v.dtype), final, A
@@ -458,7 +458,7 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     """
     assert (u is not None) == bool(reads_previous)
     L = _Launch(q, v, reads_previous)
-    grid_v = (L.NV_O, L.NT, L.B * L.H)
+    grid_v = flat_grid(L.NV_O, L.NT, L.B * L.H)
     states, _ = _states(L, k, v, g, initial_state, chunk_offsets=chunk_offsets)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=L.reads_previous,
                            need_dh0=initial_state is not None, **L.state_dots,
@@ -466,7 +466,8 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     if A is None:
         A = _intra_scores(L, q, k, g, u)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)
-    launch(_bwd_dA_kernel, (L.NT, L.B * L.H), do, v, dA, scale, L.T, L.H, L.V, BT=BT, BV=L.BV, **L.dots)
+    launch(_bwd_dA_kernel, flat_grid(L.NT, L.B * L.H), do, v, dA, scale, L.T, L.H, L.V, BT=BT,
+           BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     launch(_bwd_dv_kernel, grid_v, k, g, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
            BT=BT, BK=L.BK_DV, BV=L.BV_O, **TWO_STAGES, **L.dots)
@@ -476,13 +477,13 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
     dk_last = torch.empty_like(boundary)
     dq_first = torch.empty_like(boundary) if L.reads_previous else dk_last
     BK, BV, options = tuned_blocks(L.K, L.V, INTER_BWD)
-    launch(_bwd_inter_kernel, (triton.cdiv(L.K, BK), L.NT, L.B * L.H),
+    launch(_bwd_inter_kernel, flat_grid(triton.cdiv(L.K, BK), L.NT, L.B * L.H),
         k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boundary, scale, L.T, L.NT, L.H,
         L.K, L.V, BT=BT, BK=BK, BV=BV, READS_PREVIOUS=L.reads_previous, **options, **L.dots)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
     du_part = (torch.empty(L.B, L.NT * (BT // BC), L.H, L.K, dtype=torch.float32, device=q.device)
                if L.reads_previous else boundary)
-    launch(_bwd_intra_kernel, (triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H),
+    launch(_bwd_intra_kernel, flat_grid(triton.cdiv(L.K, L.BK_BWD) * (BT // BC), L.NT, L.B * L.H),
         q, k, g, q if u is None else u, dA, dqs, dks, dq_first, dk_last, dq, dk, du_part, L.T,
         L.NT, L.H, L.K, BT=BT, BC=BC, BK=L.BK_BWD, READS_PREVIOUS=L.reads_previous,
         num_warps=INTRA_BWD["num_warps"], LEVELS=LEVELS, **L.dots)

@@ -50,8 +50,9 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
-from fla_kernels.ops.common.launch import block_size, launch, tuned_blocks
-from fla_kernels.ops.common.tiles import initial_block, load_rows, load_state, store_state
+from fla_kernels.ops.common.launch import block_size, flat_grid, launch, tuned_blocks
+from fla_kernels.ops.common.tiles import (flat_program, initial_block, load_rows, load_state,
+                                          store_state)
 from fla_kernels.ops.common.varlen import sequence_walk, state_count
 
 
@@ -71,7 +72,7 @@ def exp_nonpos(x):
 def _block_gate_sums_kernel(g, P, Q, T, H: tl.constexpr, K: tl.constexpr,
                             GS: tl.constexpr, BK: tl.constexpr):
     """P[t] = sum of g over t's block up to t inclusive; Q[t] = sum over t's block after t."""
-    i_k, i_s, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_s, i_bh = flat_program(tl.cdiv(K, BK), tl.cdiv(T, GS))
     i_b, i_h = i_bh // H, i_bh % H
     t = i_s * GS + tl.arange(0, GS)
     d = i_k * BK + tl.arange(0, BK)
@@ -94,7 +95,7 @@ def block_gate_sums(g: torch.Tensor, block: int):
     P = torch.empty(B, T, H, K, dtype=torch.float32, device=g.device)
     Q = torch.empty_like(P)
     BK = block_size(K)
-    grid = (triton.cdiv(K, BK), triton.cdiv(T, block), B * H)
+    grid = flat_grid(triton.cdiv(K, BK), triton.cdiv(T, block), B * H)
     launch(_block_gate_sums_kernel, grid, g, P, Q, T, H, K, GS=block, BK=BK)
     return P, Q
 
@@ -300,11 +301,13 @@ def _walk_step(b_h, x, y, g, scale, row, i_b, i_h, c0, T, H: tl.constexpr, K: tl
 
 
 @triton.jit
-def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, VARLEN: tl.constexpr):
+def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                  BK: tl.constexpr, BV: tl.constexpr, VARLEN: tl.constexpr):
     """(i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi) of a state walk's program on the grid
-    (K-block, V-block, b*h), or (K-block, V-block, n*H + h) with VARLEN (`sequence_walk`): row,
-    the first row of (i_b, i_h) in a [B, T, H, D] tensor (as `head_program`)."""
-    i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    flat_grid(K-blocks, V-blocks, B * H), or flat_grid(K-blocks, V-blocks, N * H) with VARLEN
+    (i_bh = n*H + h, `sequence_walk`): row, the first row of (i_b, i_h) in a [B, T, H, D] tensor
+    (as `head_program`)."""
+    i_k, i_v, i_bh = flat_program(tl.cdiv(K, BK), tl.cdiv(V, BV))
     i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     return i_k, i_v, i_bh, i_b, i_h, i_b * T * H + i_h, i_row, c_lo, c_hi
 
@@ -321,8 +324,8 @@ def _chunk_fwd_h_kernel(k, v, g, h0, states, final, chunk_offsets, T, NT, H: tl.
     h <- diag(exp(total)) h + (k * exp(suffix))^T v (`_walk_step`). With VARLEN one program per
     (K-block, V-block, n*H + h) walks the chunks of sequence n, from h0[n] to final[n].
     """
-    i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H,
-                                                                      VARLEN)
+    i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, K,
+                                                                      V, BK, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, i_k, i_v, False)
@@ -374,7 +377,7 @@ def chunk_fwd_h(k, v, g, initial_state, chunk_size, fp32_dot, operand_dtype,
     final = torch.empty(N, H, K, V, dtype=torch.float32, device=k.device)
     BK, BV, options = tuned_blocks(K, V, tuning)
     g, use_g, scalar_gate = _gate_args(g, k)
-    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), N * H)
+    grid = flat_grid(triton.cdiv(K, BK), triton.cdiv(V, BV), N * H)
     launch(_chunk_fwd_h_kernel, grid,
         k, v, g, k if initial_state is None else initial_state, states, final, chunk_offsets, T,
         NT, H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,
@@ -398,8 +401,8 @@ def _chunk_bwd_dh_kernel(q, g, do, dht, dh, dh0, chunk_offsets, scale, T, NT, H:
     With VARLEN one program per (K-block, V-block, n*H + h) walks sequence n's chunks, from
     dht[n] to dh0[n].
     """
-    i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H,
-                                                                      VARLEN)
+    i_k, i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, K,
+                                                                      V, BK, BV, VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, False)
     for i_r in range(c_hi - c_lo):
         i_c = c_hi - 1 - i_r
@@ -429,7 +432,7 @@ def chunk_bwd_dh(q, g, do, dht, scale, chunk_size, q_gate_exclusive, need_dh0,
     dh0 = torch.empty(N, H, K, V, dtype=torch.float32, device=q.device) if need_dh0 else None
     BK, BV, options = tuned_blocks(K, V, tuning)
     g, use_g, scalar_gate = _gate_args(g, q)
-    grid = (triton.cdiv(K, BK), triton.cdiv(V, BV), N * H)
+    grid = flat_grid(triton.cdiv(K, BK), triton.cdiv(V, BV), N * H)
     launch(_chunk_bwd_dh_kernel, grid,
         q, g, do, q if dht is None else dht, dh, q if dh0 is None else dh0, chunk_offsets, scale,
         T, NT, H, K, V, BT=chunk_size, BK=BK, BV=BV, USE_G=use_g, SCALAR_GATE=scalar_gate,

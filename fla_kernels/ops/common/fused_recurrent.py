@@ -54,9 +54,9 @@ import triton.language as tl
 
 from fla_kernels.ops.common.autograd import needed
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import compiles_ahead, launch
+from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.ops.common.tiles import flat_program, initial_block, load_state, store_state
 from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.precision import store_dtype
 
@@ -88,9 +88,11 @@ def _decay(p_g, m_k, GATE: tl.constexpr):
 def _token_program(chunk_offsets, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, VARLEN: tl.constexpr):
     """(i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v) of a program on the grid
-    (V-block, b*h), or (V-block, n*H + h) with VARLEN: its ids (int64) and walk
-    (`sequence_walk`), its columns of K (all of them) and of V, and their masks."""
-    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    flat_grid(V-blocks, B * H), or flat_grid(V-blocks, N * H) with VARLEN (i_bh = n*H + h): its
+    ids (int64) and walk (`sequence_walk`), its columns of K (all of them) and of V, and their
+    masks."""
+    i_v, _, i_bh = flat_program(tl.cdiv(V, BV), 1)
+    i_v = i_v.to(tl.int64)
     i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -282,7 +284,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
         gate = gate_mode(g)
         o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
         ht = torch.empty(N, H, K, V, dtype=torch.float32, device=v.device) if output_final_state else None
-        launch(_fwd_kernel, (NV, N * H),
+        launch(_fwd_kernel, flat_grid(NV, N * H),
             q, k, v, g, u, h0, o, ht, chunk_offsets, scale, T, triton.cdiv(T, CHUNK), H=H, K=K,
             V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, READS_PREVIOUS=u is not None,
             USE_H0=h0 is not None, STORE_HT=output_final_state,
@@ -319,7 +321,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
         if need_q or need_g:
             dq = torch.empty(NV, B, T, H, K, **f32)
             dqs = torch.empty(NV, B, T, H, K, **f32) if need_g else dq  # dq: a never-written stand-in
-            launch(_bwd_dq_kernel, (NV, N * H), k, v, g, u, h0, do, dq, dqs, states,
+            launch(_bwd_dq_kernel, flat_grid(NV, N * H), k, v, g, u, h0, do, dq, dqs, states,
                    ctx.chunk_offsets, scale, T, NT, B, USE_H0=h0 is not None, **modes)
         if need_k or need_v or need_g or need_u or need_h0:
             dk = torch.empty(NV, B, T, H, K, **f32)
@@ -328,8 +330,8 @@ class FusedRecurrentFunction(torch.autograd.Function):
             du = torch.empty(NV, B, H, NT, K, **f32) if reads_previous else None
             dh0 = torch.empty(N, H, K, V, **f32) if need_h0 else None
             bound = torch.empty(NV, B, H, NT, K, **f32) if need_g else None
-            launch(_bwd_dkv_kernel, (NV, N * H), q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
-                   ctx.chunk_offsets, scale, T, NT, B, USE_DHT=dht is not None,
+            launch(_bwd_dkv_kernel, flat_grid(NV, N * H), q, k, v, g, u, do, dht, states, dk, dks,
+                   dv, du, dh0, bound, ctx.chunk_offsets, scale, T, NT, B, USE_DHT=dht is not None,
                    STORE_DH0=need_h0, **modes)
             if need_g:
                 per_channel = gate == GATE_CHANNEL

@@ -21,7 +21,8 @@ both sides, which keeps dw precise when strong decay makes it tiny.
 import torch
 import triton
 import triton.language as tl
-from fla_kernels.ops.common.launch import launch
+from fla_kernels.ops.common.launch import flat_grid, launch
+from fla_kernels.ops.common.tiles import flat_program
 
 
 # widest K-block of a program: the whole K = 128 in one [64, 128] tile took 255 registers
@@ -32,7 +33,8 @@ BLOCK_K = 64
 @triton.jit(do_not_specialize=["T", "NT"])
 def _chunk_gate_grad_kernel(q, dq, k, dk, boundary, dw, T, H: tl.constexpr, K: tl.constexpr,
                             NT, BT: tl.constexpr, BK: tl.constexpr, Q_READS_CURRENT: tl.constexpr):
-    i_k, i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    i_k, i_c, i_bh = flat_program(tl.cdiv(K, BK), NT)
+    i_c = i_c.to(tl.int64)
     i_b, i_h = i_bh // H, i_bh % H
     t = i_c * BT + tl.arange(0, BT).to(tl.int64)
     d = i_k * BK + tl.arange(0, BK)
@@ -66,7 +68,7 @@ def chunk_gate_grad(q, dq, k, dk, boundary, chunk_size, q_reads_current, out_dty
     assert boundary.shape == (B, H, NT, K), boundary.shape
     dw = torch.empty(B, T, H, K, dtype=out_dtype, device=q.device)
     BK = min(max(16, triton.next_power_of_2(K)), BLOCK_K)
-    launch(_chunk_gate_grad_kernel, (triton.cdiv(K, BK), NT, B * H),
+    launch(_chunk_gate_grad_kernel, flat_grid(triton.cdiv(K, BK), NT, B * H),
         q, dq, k, dk, boundary.contiguous(), dw, T, H, K, NT, BT=chunk_size, BK=BK,
         Q_READS_CURRENT=q_reads_current)
     return dw

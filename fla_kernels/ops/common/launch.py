@@ -1,5 +1,5 @@
-"""Kernel launches: the sizes one call's launches share, and first calls that compile all their
-kernels at once.
+"""Kernel launches: the sizes one call's launches share, their grids (`flat_grid`), and first calls
+that compile all their kernels at once.
 
 Triton compiles a kernel when it is first launched, one kernel after another: a chunked backward
 of six to eight kernels spent 12-17 s compiling on the H100 host before its first result. A pass
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -68,6 +69,27 @@ class LaunchSizes:
     def state_dots(self) -> dict:
         """`dots` as the keywords `chunk_fwd_h` and `chunk_bwd_dh` take them."""
         return dict(fp32_dot=self.dots["FP32_DOT"], operand_dtype=self.dots["OPERAND_DTYPE"])
+
+
+# CUDA's grid limits: up to 2^31 - 1 programs along axis 0, 65535 along axes 1 and 2
+GRID_AXIS_0, GRID_AXES_1_2 = 2**31 - 1, 65535
+
+
+def flat_grid(*sizes: int) -> tuple:
+    """The grid of a kernel with one program per index of `sizes` (fastest first, the (batch,
+    head) index last), flattened onto axis 0 and read back by `tiles.flat_program`.
+
+    Program p = i_0 + N0 * (i_1 + N1 * i_bh) runs p-th, as it did on the grid (N0, N1, B * H):
+    the blocks of one chunk, then the chunks of one head, still run together, and neither B * H
+    nor the chunks meet the 65535 of axes 1 and 2. A count past axis 0 is split exactly over
+    axes 0 and 1, (count / R, R) with R the smallest divisor that fits, in the same order;
+    R = N0 * N1 fits whenever B * H < 2^31 and N0 * N1 <= 65535.
+    """
+    count = math.prod(sizes)
+    for rows in range(triton.cdiv(count, GRID_AXIS_0), GRID_AXES_1_2 + 1):
+        if count % rows == 0:
+            return (count,) if rows == 1 else (count // rows, rows)
+    raise ValueError(f"{count} programs {sizes} fit no CUDA grid")
 
 
 _COMPILE_ONLY = contextvars.ContextVar("fla_kernels_compile_only", default=False)

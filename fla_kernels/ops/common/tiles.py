@@ -1,4 +1,5 @@
-"""Tile loads and stores shared by the chunked kernels ([B, T, H, D] sequence-first tensors).
+"""Tile loads and stores shared by the chunked kernels ([B, T, H, D] sequence-first tensors), and
+where a program of a `flat_grid` launch (launch.py) works.
 
 Every load returns float32 at once (zero outside the tensor); offsets are int64.
 """
@@ -7,11 +8,27 @@ import triton.language as tl
 
 
 @triton.jit
-def head_program(T, H: tl.constexpr):
-    """(i_0, i_1, i_bh, i_b, i_h, row) of a program on a grid (_, _, B * H): its first two
-    program ids, its batch and head (i_bh = b * H + h, int64) and row = b * T * H + h, the first
-    row of (b, h) in a [B, T, H, D] tensor (its offset there is row * D)."""
-    i_0, i_1, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+def flat_program(N0, N1):
+    """(i_0, i_1, i_bh) of a program on a grid from `flat_grid(N0, N1, heads)` (launch.py): its
+    indices, fastest first; i_0, i_1 int32, i_bh int64."""
+    pid = tl.program_id(1).to(tl.int64) * tl.num_programs(0) + tl.program_id(0)
+    i_01 = (pid % (N0 * N1)).to(tl.int32)
+    return i_01 % N0, i_01 // N0, pid // (N0 * N1)
+
+
+@triton.jit
+def flat_heads(N0, N1):
+    """How many (batch, head) indices the launch of `flat_program(N0, N1)` holds (int64)."""
+    return tl.num_programs(0).to(tl.int64) * tl.num_programs(1) // (N0 * N1)
+
+
+@triton.jit
+def head_program(T, H: tl.constexpr, N0, N1):
+    """(i_0, i_1, i_bh, i_b, i_h, row) of a program on a grid `flat_grid(N0, N1, B * H)`: its
+    first two indices (`flat_program`), its batch and head (i_bh = b * H + h, int64) and
+    row = b * T * H + h, the first row of (b, h) in a [B, T, H, D] tensor (its offset there is
+    row * D)."""
+    i_0, i_1, i_bh = flat_program(N0, N1)
     i_b, i_h = i_bh // H, i_bh % H
     return i_0, i_1, i_bh, i_b, i_h, i_b * T * H + i_h
 

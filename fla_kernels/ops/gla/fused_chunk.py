@@ -51,10 +51,10 @@ from fla_kernels.ops.common.chunk_state import (block_gate_sums, block_total, ex
                                                 load_prefix, load_prefix_row)
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import (diagonal, head_program, initial_block, load_row,
-                                          load_rows, load_state, store_rows, store_state)
+from fla_kernels.ops.common.tiles import (diagonal, flat_heads, head_program, initial_block,
+                                          load_row, load_rows, load_state, store_rows, store_state)
 from fla_kernels.ops.gla.chunk import GLA_LAYOUTS
 from fla_kernels.precision import store_dtype
 
@@ -108,10 +108,10 @@ def _keys_into_state(b_k, b_s, c0, T, BT: tl.constexpr):
 
 
 @triton.jit
-def _part_base(i_part, base, T, D: tl.constexpr):
+def _part_base(i_part, base, heads, T, D: tl.constexpr):
     """The offset of a program's (b, h) in part i_part of partials [N, B, T, H, D], from its
-    offset `base` in a [B, T, H, D] tensor."""
-    return i_part.to(tl.int64) * tl.num_programs(2) * T * D + base
+    offset `base` in a [B, T, H, D] tensor; heads = B * H."""
+    return i_part.to(tl.int64) * heads * T * D + base
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -120,9 +120,9 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
                       USE_H0: tl.constexpr, STORE_HT: tl.constexpr, FP32_DOT: tl.constexpr,
                       OPERAND_DTYPE: tl.constexpr):
     """o[i_k] (the K-block's part of o, [NK, B, T, H, V]) and the final state, walking the chunks."""
-    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(V, BV))
     base_k, base_v = row * K, row * V
-    base_o = _part_base(i_k, base_v, T, V)
+    base_o = _part_base(i_k, base_v, flat_heads(tl.cdiv(K, BK), tl.cdiv(V, BV)), T, V)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, False)
     for i_c in range(NT):
         c0 = i_c * BT
@@ -143,10 +143,12 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
 
 
 @triton.jit
-def _store_boundary(boundary, val, i_v, i_bh, block, NB, K: tl.constexpr, BK: tl.constexpr, i_k):
-    """boundary[i_v, b, h, block, K-block i_k] = val ([BK]); boundary is [NV, B, H, NB, K]."""
+def _store_boundary(boundary, val, i_v, i_bh, heads, block, NB, K: tl.constexpr, BK: tl.constexpr,
+                    i_k):
+    """boundary[i_v, b, h, block, K-block i_k] = val ([BK]); boundary is [NV, B, H, NB, K], heads
+    = B * H."""
     o_k = i_k * BK + tl.arange(0, BK)
-    row = (i_v.to(tl.int64) * tl.num_programs(2) + i_bh) * NB + block
+    row = (i_v.to(tl.int64) * heads + i_bh) * NB + block
     tl.store(boundary + row * K + o_k, val, mask=o_k < K)
 
 
@@ -163,9 +165,10 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
     goes to states[b, h, block]; boundary[i_v, b, h, NB - 1] = sum_v (h_T - k_L^T v_L) * dht.
     The state is carried transposed, [BV, BK], so no dot's result is ever transposed.
     """
-    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(V, BV))
     base_k, base_v = row * K, row * V
-    base_p = _part_base(i_v, base_k, T, K)
+    heads = flat_heads(tl.cdiv(K, BK), tl.cdiv(V, BV))
+    base_p = _part_base(i_v, base_k, heads, T, K)
     o_t = tl.arange(0, BT)
     b_ht = initial_block(h0, i_bh, K, V, BK, BV, i_k, i_v, USE_H0, True)
     for i_c in range(NT):
@@ -192,7 +195,7 @@ def _fused_bwd_dq_kernel(q, k, v, P, Q, h0, do, dht, dqs, dq, states, boundary, 
     b_bound = tl.zeros([BK], dtype=tl.float32)
     if USE_DHT:
         b_bound += tl.sum(b_ht * load_state(dht, i_bh, K, V, BK, BV, i_k, i_v, True), axis=0)
-    _store_boundary(boundary, b_bound, i_v, i_bh, NB - 1, NB, K, BK, i_k)
+    _store_boundary(boundary, b_bound, i_v, i_bh, heads, NB - 1, NB, K, BK, i_k)
 
 
 @triton.jit(do_not_specialize=["T", "NT", "NB"])
@@ -212,9 +215,10 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
     At every interior dg block end, boundary[i_v, b, h, block] = sum_v h * dh with h from states.
     dh is carried twice, as [BK, BV] and transposed, so no dot's result is ever transposed.
     """
-    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(V, BV))
     base_k, base_v = row * K, row * V
-    base_pk, base_pv = _part_base(i_v, base_k, T, K), _part_base(i_k, base_v, T, V)
+    heads = flat_heads(tl.cdiv(K, BK), tl.cdiv(V, BV))
+    base_pk, base_pv = _part_base(i_v, base_k, heads, T, K), _part_base(i_k, base_v, heads, T, V)
     o_t = tl.arange(0, BT)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, False)
     b_dht = initial_block(dht, i_bh, K, V, BK, BV, i_k, i_v, USE_DHT, True)
@@ -224,7 +228,8 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
         if ((i_c + 1) % STEPS == 0) & (i_c + 1 < NT):
             block = (i_c + 1) // STEPS - 1
             b_hb = load_state(states, i_bh * (NB - 1) + block, K, V, BK, BV, i_k, i_v, True)
-            _store_boundary(boundary, tl.sum(b_hb * b_dht, axis=0), i_v, i_bh, block, NB, K, BK, i_k)
+            _store_boundary(boundary, tl.sum(b_hb * b_dht, axis=0), i_v, i_bh, heads, block, NB, K,
+                            BK, i_k)
         b_q, b_k, b_v, b_p, b_s, b_tot = _chunk_tiles(q, k, v, P, Q, row, c0, T, H, K, V, BT, BK,
                                                       BV, i_k, i_v)
         b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
@@ -261,11 +266,12 @@ def _fused_bwd_dkv_kernel(q, k, v, P, Q, do, dht, states, boundary, dks, dk, dv,
 # ----------------------------------------------------------------------------- launchers
 
 class _Launch(LaunchSizes):
-    """`LaunchSizes` over chunks of BT, with the grid (K-block, V-block, b*h) of every kernel."""
+    """`LaunchSizes` over chunks of BT, with the grid flat_grid(K-blocks, V-blocks, B * H) of every
+    kernel."""
 
     def __init__(self, q, v):
         super().__init__(q, v, BT)
-        self.grid = (self.NK, self.NV, self.B * self.H)
+        self.grid = flat_grid(self.NK, self.NV, self.B * self.H)
         self.sizes = dict(BT=BT, BK=self.BK, BV=self.BV)
 
 

@@ -59,9 +59,9 @@ from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_fwd_h, diag_
                                                 exp_nonpos, gates_after, gates_from)
 from fla_kernels.ops.common.dot import mma, mma_split
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
-from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
-from fla_kernels.ops.common.tiles import (diagonal, load_chunk_rows, load_rows, load_state,
-                                          store_rows)
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, flat_grid, launch
+from fla_kernels.ops.common.tiles import (diagonal, flat_program, load_chunk_rows, load_rows,
+                                          load_state, store_rows)
 from fla_kernels.ops.gsa.fused_recurrent import apply_gsa, gsa_grads
 from fla_kernels.precision import store_dtype
 
@@ -84,12 +84,12 @@ LEVELS = BC.bit_length() - 1  # the levels of `diag_level_sums` in a block of BC
 
 @triton.jit
 def _sub_chunk(T, NT, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
-    """Where this program (grid: sub-chunks x b*h) works: (row, i_s, c0, t0, index), with row the
-    offset of (b, h) in rows of a [B, T, H, D] tensor (row * D is its base), i_s the sub-chunk's
-    number in its chunk, c0 / t0 the first rows of the chunk / sub-chunk and index the chunk's
-    number among the stored states [B * H * NT]."""
+    """Where this program (grid: flat_grid(sub-chunks, B * H)) works: (row, i_s, c0, t0, index),
+    with row the offset of (b, h) in rows of a [B, T, H, D] tensor (row * D is its base), i_s the
+    sub-chunk's number in its chunk, c0 / t0 the first rows of the chunk / sub-chunk and index the
+    chunk's number among the stored states [B * H * NT]."""
     NC: tl.constexpr = BT // BC
-    i_t, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_t, _, i_bh = flat_program(tl.cdiv(T, BC), 1)
     i_c = i_t // NC
     return (i_bh // H) * T * H + i_bh % H, i_t % NC, i_c * BT, i_t * BC, i_bh * NT + i_c
 
@@ -334,7 +334,7 @@ def _bwd_values_kernel(x, y, s, g, weights, dh, dy, scores, leave, T, NT, H: tl.
         dy_j = (s_j * out_j) dh + sum_{i >= j} C_ij x_i,
     and for `_bwd_slots_kernel` the chunk's scores x_i . y_j (all pairs) [B, T, H, BT] and the
     paths of s_j into the leaving state, leave_j = out_j * (y_j dh^T) [B, T, H, M], float32."""
-    i_c, i_bh = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_c, _, i_bh = flat_program(NT, 1)
     row = (i_bh // H) * T * H + i_bh % H
     c0, index = i_c * BT, i_bh * NT + i_c
     base, base_m, base_c = row * D, row * M, row * BT
@@ -482,8 +482,8 @@ def _forward(L, q, k, v, s, g, scale, hk0, hv0, store_zm, store_weights, chunk_o
     weights = torch.empty(L.B, L.T, L.H, BT, dtype=torch.float32, device=q.device) \
         if store_weights else None
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    launch(_fwd_kernel, (L.NS, L.B * L.H), q, k, v, s, g, states_k, states_v, p, zm, o, weights,
-           scale, L.T, L.NT, STORE_ZM=store_zm,
+    launch(_fwd_kernel, flat_grid(L.NS, L.B * L.H), q, k, v, s, g, states_k, states_v, p, zm, o,
+           weights, scale, L.T, L.NT, STORE_ZM=store_zm,
            **L.kw("fwd", K=L.K, V=L.V, BK=L.block("fwd", L.K), BVW=L.BVW))
     return o, p, zm, weights, final_k, final_v
 
@@ -528,7 +528,7 @@ class ChunkGSAFunction(torch.autograd.Function):
                                  need_dh0=use_h0, **L.state_dots, chunk_offsets=ctx.chunk_offsets)
         dz = torch.empty(L.B, L.T, L.H, L.M, **f32)
         y = torch.empty_like(dz) if need_g else dz  # dz: a stand-in, never written
-        grid = (L.NS, L.B * L.H)
+        grid = flat_grid(L.NS, L.B * L.H)
         launch(_bwd_dz_kernel, grid, v, s, g, p, zm, do, states_v, dz, y, L.T, L.NT, NEED_DG=need_g,
                **L.kw("dz", V=L.V, BV=L.block("dz", L.V)))
 
@@ -549,8 +549,8 @@ class ChunkGSAFunction(torch.autograd.Function):
                   (do, v, weights_v, dhv, dv, scores_v, leave_v))
         for x, b, weights, dh, db, scores, leave in passes:
             D = x.shape[-1]
-            launch(_bwd_values_kernel, (L.NT, L.B * L.H), x, b, s, g, weights, dh, db, scores,
-                   leave, L.T, L.NT,
+            launch(_bwd_values_kernel, flat_grid(L.NT, L.B * L.H), x, b, s, g, weights, dh, db,
+                   scores, leave, L.T, L.NT,
                    **L.kw("values", sub_chunks=False, D=D, BD=L.block("values", D)))
         launch(_bwd_slots_kernel, grid, dz, p, s, g, scores_k, leave_k, scores_v, leave_v, states_k,
                dhk, states_v, dhv, ds, dsm, parts, scale, L.T, L.NT, NEED_DG=need_g,

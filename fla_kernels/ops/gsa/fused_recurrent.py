@@ -43,8 +43,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common import chunk_gate_grad
 from fla_kernels.ops.common.autograd import cast, needed
-from fla_kernels.ops.common.launch import compiles_ahead, launch
-from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
+from fla_kernels.ops.common.tiles import flat_program, initial_block, load_state, store_state
 from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.ops.gsa.gate import additive_gate
 from fla_kernels.precision import store_dtype
@@ -101,7 +101,8 @@ def _fwd_kernel(q, k, v, s, g, hk0, hv0, o, hkt, hvt, chunk_offsets, scale, T, N
                 USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr):
     """o [B, T, H, V] in o's dtype; hkt [B, H, K, M], hvt [B, H, M, V] float32 when STORE_HT
     (with VARLEN: the tokens of each sequence's chunks, final states [N, ...])."""
-    i_v, i_bh = tl.program_id(0).to(tl.int64), tl.program_id(1).to(tl.int64)
+    i_v, _, i_bh = flat_program(tl.cdiv(V, BV), 1)
+    i_v = i_v.to(tl.int64)
     i_b, i_h, _, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
     o_k, o_m, o_v, m_k, m_m, m_v = _slot_blocks(i_v, K, V, M, BK, BV, BM)
     b_hk, b_hv = _initial_states(hk0, hv0, i_bh, i_v, K, V, M, BK, BV, BM, USE_H0, USE_H0)
@@ -238,7 +239,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         hkt = torch.empty(N, H, K, M, **f32) if output_final_state else None
         hvt = torch.empty(N, H, M, V, **f32) if output_final_state else None
-        launch(_fwd_kernel, (NV, N * H),
+        launch(_fwd_kernel, flat_grid(NV, N * H),
             q, k, v, s, g, *(h0 or (None, None)), o, hkt, hvt, chunk_offsets, scale, T,
             triton.cdiv(T, CHUNK), H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
             USE_H0=h0 is not None, STORE_HT=output_final_state, VARLEN=chunk_offsets is not None,

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
 from fla_kernels.ops.common.dot import add_rounded, mma
-from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch
+from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_rows_t,
                                           store_rows, store_state)
@@ -53,7 +53,7 @@ def _fwd_kernel(q, k, v, h0, o, ht, scale, T, NT, B, H: tl.constexpr, K: tl.cons
                 USE_H0: tl.constexpr, STORE_HT: tl.constexpr, FP32_DOT: tl.constexpr,
                 OPERAND_DTYPE: tl.constexpr):
     """o [NK, B, T, H, V] (this K-block's share in slot i_k); ht [B, H, K, V] float32 when STORE_HT."""
-    i_v, i_k, i_bh, i_b, i_h, row = head_program(T, H)
+    i_v, i_k, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), tl.cdiv(K, BK))
     base_k, base_v = row * K, row * V
     base_o = ((i_k * B + i_b) * T * H + i_h) * V
     o_i = tl.arange(0, BT)
@@ -79,7 +79,7 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
                 STORE_DH0: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Partials, float32: dq, dk [NV, B, T, H, K] (slot i_v), dv [NK, B, T, H, V] (slot i_k);
     dh0 [B, H, K, V] float32 when STORE_DH0."""
-    i_v, i_k, i_bh, i_b, i_h, row = head_program(T, H)
+    i_v, i_k, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), tl.cdiv(K, BK))
     base_k, base_v = row * K, row * V
     base_dk = ((i_v * B + i_b) * T * H + i_h) * K
     base_dv = ((i_k * B + i_b) * T * H + i_h) * V
@@ -119,11 +119,12 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
 
 
 class _Launch(LaunchSizes):
-    """`LaunchSizes` over chunks of BT, with the grid (V-block, K-block, b*h) and the warps."""
+    """`LaunchSizes` over chunks of BT, with the grid flat_grid(V-blocks, K-blocks, B * H) and the
+    warps."""
 
     def __init__(self, q, v):
         super().__init__(q, v, BT)
-        self.grid = (self.NV, self.NK, self.B * self.H)
+        self.grid = flat_grid(self.NV, self.NK, self.B * self.H)
         # fp32 IEEE dots run on the FMA units: more warps share the [BT, BT] products
         # (and halve the compile time of the backward)
         self.num_warps = 8 if self.dots["FP32_DOT"] and self.BK * self.BV >= 4096 else 4

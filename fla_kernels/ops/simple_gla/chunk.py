@@ -53,7 +53,8 @@ from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_con
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
                                                 through_states)
 from fla_kernels.ops.common.dot import mma, mma_tf32_split
-from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, launch, tuned_blocks
+from fla_kernels.ops.common.launch import (LaunchSizes, compiles_ahead, flat_grid, launch,
+                                          tuned_blocks)
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (diagonal, head_program, load_rows, load_rows_t,
                                           load_state, store_rows)
@@ -87,7 +88,7 @@ def _fwd_o_kernel(q, k, v, g, states, o, scale, T, NT, H: tl.constexpr, K: tl.co
 
     Operands: q k^T in INPUT_DTYPE (loaded inputs: exact products), q h_c in STATE_DTYPE (the
     stored states' dtype, or tf32 for float32 ones), the scores times v in OPERAND_DTYPE."""
-    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
@@ -119,7 +120,7 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
     one program per (V-block, chunk, b*h); dh_c is the gradient w.r.t. the state leaving chunk c.
     The transposed scores are their own dot (k q^T), not the transpose of another dot's result.
     Operands as in `_fwd_o_kernel` (dh for the states)."""
-    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
@@ -155,7 +156,7 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     with dA_ij = scale (do_i . v_j) exp(G_i - G_j). dA and its transpose are two dots of loaded
     tiles (never a transposed dot result). dg: see the module docstring. Operands as in
     `_fwd_o_kernel` (states and dh alike)."""
-    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H)
+    i_k, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     o_i = tl.arange(0, BT)
@@ -277,7 +278,7 @@ def chunk_simple_gla_fwd(q, k, v, g, scale, initial_state, chunk_offsets=None):
     states, final = _states(L, k, v, g, initial_state, L.state_dtype, chunk_offsets)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("fwd_o")
-    launch(_fwd_o_kernel, (NV, L.NT, L.B * L.H),
+    launch(_fwd_o_kernel, flat_grid(NV, L.NT, L.B * L.H),
         q, k, v, g, states, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, USE_G=g is not None,
         **L.operands(states), **kw)
     return o.to(v.dtype), final
@@ -295,14 +296,14 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht, chunk_offset
                            chunk_offsets=chunk_offsets)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("bwd_dv")
-    launch(_bwd_dv_kernel, (NV, L.NT, L.B * L.H),
+    launch(_bwd_dv_kernel, flat_grid(NV, L.NT, L.B * L.H),
         q, k, g, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, USE_G=g is not None,
         **L.operands(dh), **kw)
     dq, dk = (torch.empty(x.shape, dtype=store_dtype(x.dtype), device=x.device) for x in (q, k))
     NK, _, kw = L.blocks("bwd_dqkg")
     dg_part = (torch.empty(NK, L.B, L.T, L.H, dtype=torch.float32, device=q.device)
                if g is not None else None)
-    launch(_bwd_dqkg_kernel, (NK, L.NT, L.B * L.H),
+    launch(_bwd_dqkg_kernel, flat_grid(NK, L.NT, L.B * L.H),
         q, k, v, g, do, states, dh, dq, dk, dg_part, scale, L.T, L.NT, L.B, L.H, L.K, L.V,
         BT=BT, USE_G=g is not None, **L.operands(states), **kw)
     dg = None if g is None else sum_parts(dg_part, g.dtype)
