@@ -84,6 +84,9 @@ def test_every_grid_within_cuda_limits(name, shape, grids):
     B, T, lengths = SHAPES[shape]
     if lengths is not None and name.startswith("fused_chunk"):
         pytest.skip("fused_chunk takes no packed batches")
+    if lengths is not None and DEVICE != "cpu":
+        pytest.skip("a fake CUDA tensor's values cannot be read to the host (the packed call reads "
+                    "its sequence starts); the grids are the same on every device, recorded on the CPU")
     kw = {}
     if lengths is not None:
         starts = list(accumulate(lengths, initial=0))
