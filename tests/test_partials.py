@@ -20,3 +20,13 @@ def test_sum_parts_is_torchs_sum_and_cast_to_the_bit(n, dtype):
     assert torch.equal(got, want)
     if n > 1:
         assert not torch.equal(got, parts[:-1].sum(0).to(dtype)), "every part must count"
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs 13 GB of GPU memory: partials past 2^31 elements")
+def test_sum_parts_reaches_partials_past_two_to_the_31_elements():
+    n = 2 ** 30 + BLOCK + 3  # three parts of n elements: the third starts past 2^31
+    parts = torch.empty(3, n, device=DEVICE)
+    for i in range(3):
+        parts[i].fill_(float(4 ** i))
+    out = sum_parts(parts, torch.float32)
+    assert bool((out == 21.0).all()), "a part past 2^31 elements was read from the wrong place"

@@ -272,6 +272,14 @@ class FusedRecurrentFunction(torch.autograd.Function):
     """
 
     @staticmethod
+    def parts_per_row(tensors) -> int:
+        """The backward's float32 partials per batch entry: dq, dk, dq' and dk', NV of each
+        (ops/common/batch_groups.py)."""
+        q, v = tensors[0], tensors[2]
+        _, T, H, K = q.shape
+        return 4 * _blocks(K, v.shape[-1])[2] * T * H * K
+
+    @staticmethod
     @compiles_ahead
     def forward(ctx, q, k, v, g, u, scale, initial_state, output_final_state, chunk_offsets=None):
         q, k, v = (x.contiguous() for x in (q, k, v))

@@ -22,9 +22,12 @@ BLOCK = 2048
 def _sum_parts_kernel(parts, out, N, NP: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < N
-    acc = tl.load(parts + offs, mask=mask, other=0)
-    for i_p in tl.static_range(1, NP):
-        acc += tl.load(parts + i_p * N + offs, mask=mask, other=0)
+    part = parts + offs
+    acc = tl.load(part, mask=mask, other=0)
+    for _ in tl.static_range(1, NP):
+        # a pointer step of N per part: i_p * N in int32 wraps once the parts pass 2^31 elements
+        part += N
+        acc += tl.load(part, mask=mask, other=0)
     tl.store(out + offs, acc.to(out.dtype.element_ty), mask=mask)
 
 

@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fla_kernels.ops.common.batch_groups import apply_in_groups
+
 
 class Packing:
     """The aligned row of a packed batch: where each token lies on it and the sequences' chunks.
@@ -66,13 +68,14 @@ class Packing:
 
 
 def apply_packed(function, packing, tensors, time_axes, *rest):
-    """function.apply(*tensors, *rest) when packing is None; else function.apply(*tensors, *rest,
+    """function.apply(*tensors, *rest) when packing is None (over groups of batch entries where
+    its backward's partials would not fit: `apply_in_groups`); else function.apply(*tensors, *rest,
     chunk_offsets) with the tensors that have a time axis (`time_axes`, one bool per tensor) on
     the aligned row and the packing's chunk offsets, its first result (o) brought back to the
     packed row (the others, final states, are per sequence already). A Function that takes
     packed batches has a last argument chunk_offsets=None."""
     if packing is None:
-        return function.apply(*tensors, *rest)
+        return apply_in_groups(function, tensors, time_axes, *rest)
     tensors = [packing.aligned(x) if x is not None and on_time else x
                for x, on_time in zip(tensors, time_axes)]
     o, *states = function.apply(*tensors, *rest, packing.chunk_offsets)

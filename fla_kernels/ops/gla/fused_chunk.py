@@ -325,6 +325,13 @@ class FusedChunkGLAFunction(torch.autograd.Function):
     """Autograd wrapper: saves only the inputs; the backward walks recompute the states."""
 
     @staticmethod
+    def parts_per_row(tensors) -> int:
+        """The backward's float32 partials per batch entry: dq, dk, dq', dk' per V-block and dv
+        per K-block (ops/common/batch_groups.py)."""
+        L = _Launch(tensors[0], tensors[2])
+        return L.T * L.H * (4 * L.NV * L.K + L.NK * L.V)
+
+    @staticmethod
     @compiles_ahead
     def forward(ctx, q, k, v, g, scale, initial_state, output_final_state):
         o, ht = _forward(q, k, v, g, scale, initial_state, output_final_state)
