@@ -23,16 +23,17 @@ def batch_groups(B: int, parts_per_row: int) -> list[tuple[int, int]]:
     return [(b0, min(b0 + rows, B)) for b0 in range(0, B, rows)]
 
 
-def apply_in_groups(function, tensors, batched, scale, initial_state, output_final_state):
-    """function.apply(*tensors, scale, initial_state, output_final_state) for an unpacked batch,
-    over `batch_groups` of its entries when function.parts_per_row(tensors) asks for it: the
-    tensors marked in `batched` and initial_state cut along the batch, the others shared; the
+def apply_in_groups(function, tensors, batched, *rest):
+    """function.apply(*tensors, *rest) for an unpacked batch; where function.parts_per_row(tensors)
+    asks for `batch_groups`, rest is (scale, initial_state, output_final_state) and each group gets
+    the tensors marked in `batched` and initial_state cut along the batch, the others shared; the
     results (o [B, ...] and the final state [B, ...] or None) joined along the batch."""
-    B = tensors[0].shape[0]
     per_row = getattr(function, "parts_per_row", None)
+    B = tensors[0].shape[0]
     groups = batch_groups(B, per_row(tensors)) if per_row else [(0, B)]
     if len(groups) == 1:
-        return function.apply(*tensors, scale, initial_state, output_final_state)
+        return function.apply(*tensors, *rest)
+    scale, initial_state, output_final_state = rest
     results = []
     for b0, b1 in groups:
         part = [x[b0:b1] if x is not None and cut else x for x, cut in zip(tensors, batched)]
