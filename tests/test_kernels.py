@@ -262,7 +262,8 @@ GRADIENT_SUBSETS = [   # inputs, [(the gradients asked for, what the loss uses, 
     # normal gates: under strong decay dh0 after 24 steps is ~1e-230, below float32's range
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 24, 1, 16, 8, FP32, "normal", 2, M=16),
      [(("g", "h0"), "ht", True), (("q", "v", "s"), "o", True), (("k", "s"), "both", True)]),
-    (DELTA_FAMILY[1:], Draw(1, 12, 1, 16, 8, FP32, "strong", 2), [(("g", "h0"), "ht", True), (("beta",), "o", True)]),
+    # normal gates (dh0 under strong decay is below float32's range), strong beta for delta_rule
+    (DELTA_FAMILY[1:], Draw(1, 12, 1, 16, 8, FP32, "normal", 2), [(("g", "h0"), "ht", True), (("beta",), "o", True)]),
     (DELTA_FAMILY[:1], Draw(1, 12, 1, 16, 8, FP32, "strong", 2), [(("all",), "ht", True), (("k",), "both", False)]),
 ]
 
