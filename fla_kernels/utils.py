@@ -6,9 +6,9 @@ import os
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# the log-gate inputs: float32 beside 16-bit activations is allowed for them (layers compute gates
-# in float32), as upstream accepts it
-GATE_INPUTS = ("g", "w", "g_gamma")
+# the log-gate inputs and the delta rule's step size beta: float32 beside 16-bit activations is
+# allowed for them (layers compute gates in float32), as upstream accepts it
+GATE_INPUTS = ("g", "w", "g_gamma", "beta")
 
 
 def interpreting() -> bool:
@@ -85,8 +85,9 @@ def _check_dtypes(op: str, tensors: dict):
     dtypes = {d for name, d in given.items() if not (name in GATE_INPUTS and d == torch.float32)}
     if len(dtypes) > 1:
         present = sorted(str(d) for d in set(given.values()))
-        named = " or ".join(name for name in given if name in GATE_INPUTS)
-        also = f" (only the gate, {named}, may be float32 beside 16-bit inputs)" if named else ""
+        names = [name for name in given if name in GATE_INPUTS]
+        label = "the gate" if len(names) == 1 else "the gates"
+        also = f" (only {label}, {' and '.join(names)}, may be float32 beside 16-bit inputs)" if names else ""
         raise ValueError(f"{op}: inputs mix dtypes {present}; pass one dtype{also}.")
 
 

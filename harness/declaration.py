@@ -19,8 +19,10 @@ class InputSpec:
     """One input tensor: its name and shape in terms of the case's shape symbols."""
     name: str
     shape: tuple            # symbols among CORE_SYMBOLS and the op's own `symbols`
-    kind: str = "randn"     # "randn", "gate" (log gate: logsigmoid(randn) / normaliser) or
-                            # "positive" (elu(randn) + 1, a positive feature map's output)
+    kind: str = "randn"     # "randn", "gate" (log gate: logsigmoid(randn) / normaliser),
+                            # "positive" (elu(randn) + 1, a positive feature map's output),
+                            # "unit" (L2-normalised over the last dim, as layers give keys) or
+                            # "beta" (a step size in (0, 1)); harness/inputs.py:of_kind draws them
     optional: bool = False  # the op also accepts None here (its gradient is then None)
     grad: bool = True       # the op gives its gradient (False: a constant, as simple GLA's g_gamma)
 

@@ -41,6 +41,27 @@ def _generator(case: Case) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(key.encode()))
 
 
+def of_kind(x: torch.Tensor, kind: str, strength: float | None) -> torch.Tensor:
+    """A standard normal draw x made an input of `kind` (`InputSpec.kind`) under the gate
+    strength's normaliser (`GATES`; None: "extreme"):
+    - "randn": x itself;
+    - "gate": the log decay logsigmoid(x) / strength (every gate EXTREME_GATE when extreme);
+    - "positive": elu(x) + 1, a positive feature map's output;
+    - "unit": x divided by its L2 norm over the last dimension, as layers normalise keys;
+    - "beta": the delta rule's step size sigmoid(x / strength) in (0, 1): spread around 1/2
+      (normal), close to 1/2 (weak), most of it within 1e-4 of 0 or 1 (strong: the state nearly
+      kept or nearly overwritten), and exactly 1 or ~1e-26 (extreme, the sign of x)."""
+    if kind == "gate":
+        return torch.full_like(x, EXTREME_GATE) if strength is None else F.logsigmoid(x) / strength
+    if kind == "positive":
+        return F.elu(x) + 1
+    if kind == "unit":
+        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    if kind == "beta":
+        return torch.sigmoid(torch.sign(x) * -EXTREME_GATE if strength is None else x / strength)
+    return x
+
+
 def packed_lengths(case: Case, gen: torch.Generator | None = None) -> list[int]:
     """The sequence lengths of a packed case (`sequence_lengths`), from a generator of their own
     seeded from the case's (or `gen`'s), so the tensors drawn are the unpacked case's in one row."""
@@ -61,11 +82,7 @@ def make_inputs(spec: OpSpec, case: Case, device, generator: torch.Generator | N
         dims.update(B=1, T=case.B * case.T)
 
     def draw(shape, kind="randn"):
-        x = torch.randn(shape, generator=gen, dtype=torch.float32)
-        if kind == "gate":
-            x = torch.full_like(x, EXTREME_GATE) if GATES[case.gate] is None else F.logsigmoid(x) / GATES[case.gate]
-        elif kind == "positive":
-            x = F.elu(x) + 1
+        x = of_kind(torch.randn(shape, generator=gen, dtype=torch.float32), kind, GATES[case.gate])
         return x.to(case.gate_dtype if kind == "gate" else case.torch_dtype).to(device)
 
     extra = spec.option_spec()

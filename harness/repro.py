@@ -53,7 +53,7 @@ _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
 _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.OptionSpec, declaration.Symbol,
                 declaration.LayerSpec, declaration.OpSpec, declaration.load_function, cases.Case,
                 packing.sequence_count, packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
-                inputs.CaseInputs, inputs._generator, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
+                inputs.CaseInputs, inputs._generator, inputs.of_kind, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
                 execution.execute, execution.describe_error, goldens.golden_and_baseline)
 

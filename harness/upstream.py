@@ -2,7 +2,8 @@
 
 `--impl fla` puts upstream flash-linear-attention's public functions in the place of our variants,
 for every variant fla has (each op's declaration lists them under `upstream`). fla's functions
-take our positional order and keywords; the only difference is linear attention, which fla
+take our positional order and keywords; the differences: fla's fused_recurrent_gated_delta_rule
+takes gk and gv between g and beta (an adapter passes beta by keyword), and linear attention, which fla
 normalises by default (`normalize=True` divides by the running sum of q k^T); the op defined here
 is the unnormalised one, so the adapters below pass `normalize=False` unless the case's option
 asks for `normalize=True`.
@@ -48,3 +49,15 @@ def _linear_attn(function: str):
 fla_chunk_linear_attn = _linear_attn("chunk_linear_attn")
 fla_fused_chunk_linear_attn = _linear_attn("fused_chunk_linear_attn")
 fla_fused_recurrent_linear_attn = _linear_attn("fused_recurrent_linear_attn")
+
+
+def fla_fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
+                                         output_final_state=False, use_qk_l2norm_in_kernel=False,
+                                         cu_seqlens=None):
+    """fla's fused_recurrent_gated_delta_rule in our positional order: fla's takes gk and gv
+    between g and beta, so beta goes by keyword; cu_seqlens passed on when given."""
+    fn = importlib.import_module("fla.ops.gated_delta_rule").fused_recurrent_gated_delta_rule
+    options = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
+    return fn(q, k, v, g=g, beta=beta, scale=scale, initial_state=initial_state,
+              output_final_state=output_final_state, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
+              **options)

@@ -1,7 +1,8 @@
 """Our kernels with one planted bug each, of the kinds an API-surface change brings (a packed
 batch, an option, a narrow head), to show that a sweep fails them on the right row and nowhere
 else (tests/test_planted_kernels.py). The packed ones run each sequence through our plain kernel
-and get the packing wrong around it."""
+and get the packing wrong around it. The delta-rule ones are a float32 torch loop with the bug
+in its arithmetic (tests/test_delta_rule.py), beside the same loop without it."""
 from __future__ import annotations
 
 import torch
@@ -82,3 +83,47 @@ def gsa_missing_gate_as_no_decay(q, k, v, s, g=None, scale=None, initial_state=N
         g = torch.zeros_like(s)
     return chunk_gsa(q, k, v, s, g, scale=scale, initial_state=initial_state,
                      output_final_state=output_final_state, **options)
+
+
+def _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state, decay_first=True,
+                full_beta_grad=True):
+    """The delta-rule family token by token in float32 torch (g None, [B, T, H] or [B, T, H, K]),
+    correct unless told: decay_first=False lets the key read the state before its decay;
+    full_beta_grad=False leaves the correction k_t H_t out of dbeta (its forward unchanged)."""
+    B, T, H, K = q.shape
+    scale = K ** -0.5 if scale is None else scale
+    q, k, v, beta = (x.float() for x in (q, k, v, beta))
+    S = torch.zeros(B, H, K, v.shape[-1], device=q.device) if initial_state is None else initial_state.float()
+    outs = []
+    for t in range(T):
+        decayed = S
+        if g is not None:
+            decay = g[:, t].float().exp()
+            decayed = S * (decay[..., None, None] if g.dim() == 3 else decay[..., None])
+        read = torch.einsum("bhk,bhkv->bhv", k[:, t], decayed if decay_first else S)
+        b = beta[:, t, :, None]
+        u = b * v[:, t] - (b if full_beta_grad else b.detach()) * read
+        S = decayed + k[:, t, :, :, None] * u[..., None, :]
+        outs.append(scale * torch.einsum("bhk,bhkv->bhv", q[:, t], S))
+    return torch.stack(outs, 1).to(v.dtype), S if output_final_state else None
+
+
+def delta_rule_like(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+    """Correct: the float32 loop the planted delta-rule kernels below break."""
+    return _delta_loop(q, k, v, beta, None, scale, initial_state, output_final_state)
+
+
+def delta_rule_beta_grad_without_correction(q, k, v, beta, scale=None, initial_state=None,
+                                            output_final_state=False):
+    """dbeta = du . v instead of du . (v - k_t S_{t-1}): the forward is right."""
+    return _delta_loop(q, k, v, beta, None, scale, initial_state, output_final_state, full_beta_grad=False)
+
+
+def kda_like(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
+    """Correct: the float32 loop the planted kda kernel below breaks."""
+    return _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state)
+
+
+def kda_key_reads_undecayed_state(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
+    """The delta update's key reads S_{t-1} instead of the decayed diag(exp(g_t)) S_{t-1}."""
+    return _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state, decay_first=False)

@@ -19,7 +19,9 @@ from harness.goldens import golden_and_baseline
 
 EVERY_OP = list(OPS)
 WITH_LAYERS = [op for op, spec in OPS.items() if spec.layer is not None]
-RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/fused_recurrent.py
+DELTA = ["delta_rule", "gated_delta_rule", "kda"]   # on common/fused_recurrent_delta.py, which imports
+RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6", *DELTA]   # common/fused_recurrent.py
+CHUNKED = [op for op in EVERY_OP if op not in DELTA]   # the ops with chunk kernels (chunk_state, dot)
 
 
 @pytest.mark.parametrize("path,ops", [
@@ -33,8 +35,9 @@ RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6"]   # the ops on common/
     ("fla_kernels/ops/common/chunk_gated.py", ["gla", "rwkv6"]),
     ("fla_kernels/ops/common/fused_recurrent.py", RECURRENT),
     ("fla_kernels/ops/common/partials.py", RECURRENT),
-    ("fla_kernels/ops/common/chunk_state.py", EVERY_OP),
-    ("fla_kernels/ops/common/dot.py", EVERY_OP),
+    ("fla_kernels/ops/common/chunk_state.py", CHUNKED),
+    ("fla_kernels/ops/common/dot.py", CHUNKED),
+    ("fla_kernels/ops/common/fused_recurrent_delta.py", DELTA),
     ("fla_kernels/ops/common/gate_grad.py", EVERY_OP),
     ("fla_kernels/ops/common/launch.py", EVERY_OP),
     ("fla_kernels/ops/common/tiles.py", EVERY_OP),

@@ -87,6 +87,14 @@ RECURRENT_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
     (BF16, "strong", 1, CHUNK + 1, 1, 32, 16, True, True),
     (FP16, "normal", 1, 37, 1, 16, 16, True, False),
 ]
+# one kernel set, ops/common/fused_recurrent_delta.py; the gate strength also sets beta's spread
+DELTA_FAMILY = ["delta_rule-fused_recurrent", "gated_delta_rule-fused_recurrent", "kda-fused_recurrent"]
+DELTA_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
+    (FP32, "strong", 1, CHUNK + 1, 1, 16, 8, True, True),     # two chunks of the gate sums
+    (FP32, "normal", 2, 1, 2, 12, 40, False, True),           # a decode step, two V-blocks, K not a power of 2
+    (FP32, "extreme", 1, 9, 1, 8, 8, True, True),             # beta exactly 1 or ~1e-26
+    (BF16, "normal", 1, 20, 1, 16, 16, True, False),
+]
 REFERENCE_CASES = [
     *grid(GLA_CHUNKED, [FP32], ["normal"], GLA_SHAPES),
     *grid(GLA_CHUNKED, [FP32], ["strong", "extreme"], [(1, 130, 1, 16, 16, True, True),
@@ -111,6 +119,7 @@ REFERENCE_CASES = [
     *grid(CHUNKED_LINEAR, [BF16], ["normal"], [(1, 130, 1, 16, 16, False, True), (1, 65, 2, 32, 24, True, True)]),
     *grid(CHUNKED_LINEAR, [FP16], ["normal"], [(1, 65, 2, 32, 24, True, True)]),
     *listed(RECURRENT_FAMILY[:2], RECURRENT_CASES),
+    *listed(DELTA_FAMILY, DELTA_CASES),
     # the gate strength means nothing without a gate: linear attention runs the normal-gate cases
     *listed(["linear_attn-fused_recurrent"], [case for case in RECURRENT_CASES if case[1] == "normal"]),
     *listed(["rwkv6-fused_recurrent"], [
@@ -167,6 +176,7 @@ UNCHANGED = [
     (RECURRENT_FAMILY, Draw(1, 20, 1, 16, 16, BF16, "strong", 4)),
     (["rwkv6-fused_recurrent"], Draw(1, CHUNK + 1, 1, 16, 16, BF16, "strong", 4)),
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 40, 1, 16, 16, BF16, "strong", 4, M=16)),
+    (DELTA_FAMILY, Draw(1, 12, 1, 16, 16, BF16, "strong", 4)),
 ]
 
 
@@ -187,6 +197,7 @@ STRIDED = [   # inputs, scale (None: the kernel's default)
     (["simple_gla-chunk", *CHUNKED_LINEAR], Draw(1, 90, 2, 16, 8, FP32, "normal", 3), 0.3),
     (["rwkv6-fused_recurrent"], Draw(1, 20, 2, 16, 16, FP32, "normal", 1), 0.3),
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 20, 2, 16, 8, FP32, "normal", 1, M=16), 0.3),
+    (DELTA_FAMILY, Draw(1, 12, 2, 16, 8, FP32, "normal", 3), 0.3),
 ]
 
 
@@ -251,6 +262,9 @@ GRADIENT_SUBSETS = [   # inputs, [(the gradients asked for, what the loss uses, 
     # normal gates: under strong decay dh0 after 24 steps is ~1e-230, below float32's range
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 24, 1, 16, 8, FP32, "normal", 2, M=16),
      [(("g", "h0"), "ht", True), (("q", "v", "s"), "o", True), (("k", "s"), "both", True)]),
+    # normal gates (dh0 under strong decay is below float32's range), strong beta for delta_rule
+    (DELTA_FAMILY[1:], Draw(1, 12, 1, 16, 8, FP32, "normal", 2), [(("g", "h0"), "ht", True), (("beta",), "o", True)]),
+    (DELTA_FAMILY[:1], Draw(1, 12, 1, 16, 8, FP32, "strong", 2), [(("all",), "ht", True), (("k",), "both", False)]),
 ]
 
 
@@ -290,6 +304,8 @@ BAD_ARGUMENTS = [   # the inputs come with an initial state (and ask for the fin
     (["rwkv6-fused_recurrent"], False, ["v_time", "u_one_head", "k_fp16", "state_wrong_shape", "w_ndim"]),
     (["gsa-fused_recurrent", "gsa-chunk"], False, ["v_time", "s_narrow", "g_narrow", "k_fp16", "hk_narrow",
                                                    "hv_transposed", "state_not_pair", "q_ndim", "empty"]),
+    (DELTA_FAMILY, True, ["beta_time", "beta_extra_dim", "k_fp16", "h0_transposed", "empty"]),
+    (DELTA_FAMILY[1:], False, ["g_time", "beta_fp16"]),
 ]
 ONE_INPUT = {   # "<input>_<how>": that input made so
     "time": lambda t: t[:, :5],                 # fewer steps than the others

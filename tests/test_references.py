@@ -4,7 +4,9 @@ strong decay, computes in groups of chunks without a change, and rounds operands
 that dtype; then what one op's references alone promise.
 
 Inputs are drawn in the declaration's order (inputs, then initial states) from a generator seeded
-with the test's seed; a log gate is logsigmoid(randn) / normaliser (0.05: strong decay, 16: weak).
+with the test's seed, each of its kind (`harness.inputs.of_kind`): a log gate is
+logsigmoid(randn) / normaliser (0.05: strong decay, 16: weak), a delta rule's beta sigmoid(randn /
+normaliser).
 A test id names the op, then the normaliser (n0.05) or no_gate: an op without a gate, or one whose
 optional gate is passed as None.
 """
@@ -12,10 +14,10 @@ import functools
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import references.common as common
 from harness.declaration import load_function
+from harness.inputs import of_kind
 from harness.registry import OPS
 from references.gla import gla_recurrent
 from references.linear_attn import linear_attn_chunked, linear_attn_recurrent
@@ -36,8 +38,7 @@ class Drawn:
         def draw(symbols):
             return torch.randn([self.dims[s] for s in symbols], generator=gen, dtype=dtype)
 
-        self.inputs = [F.logsigmoid(draw(s.shape)) / (normaliser or 1.0) if s.kind == "gate" else draw(s.shape)
-                       for s in self.spec.inputs]
+        self.inputs = [of_kind(draw(s.shape), s.kind, normaliser or 1.0) for s in self.spec.inputs]
         self.states = [draw(s.shape) for s in self.spec.states]
         for x in self.inputs + self.states:
             x.requires_grad_(grad)

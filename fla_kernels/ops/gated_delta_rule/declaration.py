@@ -1,0 +1,15 @@
+"""The gated delta rule, declared for the harness (harness/declaration.py says what each field
+means); inputs and options as the delta rule's, with the log decay g [B, T, H] before beta."""
+from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
+from harness.declaration import InputSpec, OpSpec, kernels
+
+OP = OpSpec(
+    name="gated_delta_rule",
+    description="S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t; o_t = scale q_t S_t",
+    inputs=UNIT_QK + (V, InputSpec("g", ("B", "T", "H"), kind="gate"), BETA),
+    variants=kernels("gated_delta_rule", "fused_recurrent"),
+    # fla's fused_recurrent_gated_delta_rule takes gk and gv between g and beta: an adapter
+    # passes beta by keyword
+    upstream={"fla": {"fused_recurrent": "harness.upstream:fla_fused_recurrent_gated_delta_rule"}},
+    options=OPTIONS,
+)

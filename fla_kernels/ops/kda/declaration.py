@@ -1,0 +1,13 @@
+"""Kimi delta attention, declared for the harness (harness/declaration.py says what each field
+means); inputs and options as the delta rule's, with log decays g [B, T, H, K] before beta."""
+from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
+from harness.declaration import InputSpec, OpSpec, fla, kernels
+
+OP = OpSpec(
+    name="kda",
+    description="S_t = (I - beta_t k_t^T k_t) diag(exp(g_t)) S_{t-1} + beta_t k_t^T v_t; o_t = scale q_t S_t",
+    inputs=UNIT_QK + (V, InputSpec("g", ("B", "T", "H", "K"), kind="gate"), BETA),
+    variants=kernels("kda", "fused_recurrent"),
+    upstream=fla("kda", "fused_recurrent"),
+    options=OPTIONS,
+)

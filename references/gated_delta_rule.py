@@ -1,0 +1,25 @@
+"""Gated delta rule references (references/delta.py holds the family's loop and WY form).
+
+Per (batch, head), with state S [K, V], one log decay g_t <= 0 and beta_t in (0, 1) per head and step:
+    S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t
+    o_t = scale q_t S_t
+Both take the public signature of the kernels (g before beta, as upstream fla) and are
+differentiable in every input, the initial state included.
+"""
+from __future__ import annotations
+
+from references.delta import delta_chunked, delta_recurrent
+
+
+def gated_delta_rule_recurrent(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                               use_qk_l2norm_in_kernel=False):
+    """Token-by-token loop in the inputs' dtype (the definition)."""
+    return delta_recurrent(q, k, v, beta, g, scale, initial_state, output_final_state,
+                           use_qk_l2norm_in_kernel)
+
+
+def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                             use_qk_l2norm_in_kernel=False, chunk_size=16, operand_dtype=None):
+    """The WY chunked form; `operand_dtype` rounds matrix-product operands (the same-dtype baseline)."""
+    return delta_chunked(q, k, v, beta, g, scale, initial_state, output_final_state,
+                         use_qk_l2norm_in_kernel, chunk_size, operand_dtype)

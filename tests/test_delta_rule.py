@@ -1,0 +1,163 @@
+"""The delta-rule family (delta_rule, gated_delta_rule, kda): what its references and kernels
+promise beyond the checks every op's get (tests/test_references.py: the WY chunked form equals
+the loop, gradcheck; tests/test_kernels.py: every kernel against the float64 loop).
+
+The loops are the definition (two steps by hand), the in-call L2 normalisation of q and k is
+upstream's, the kernels take packed batches and a float32 beta beside bf16 inputs, and the
+harness fails planted bugs (a beta gradient without its correction term, a key that reads the
+undecayed state) on the right tensor and passes the same loop without them.
+"""
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from harness.cases import Case
+from harness.declaration import load_function
+from harness.registry import OPS
+from harness.runner import Implementation, run_case
+from references.delta import l2_normalise
+from references.gated_delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
+from references.kda import kda_chunked, kda_recurrent
+from tests.kernel_testing import DEVICE, REL_TOL, assert_close, assert_matches_reference, make_inputs, reference, run
+
+FAMILY = ["delta_rule", "gated_delta_rule", "kda"]
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def test_kda_loop_is_the_definition():
+    """Two steps by hand: S_t = (I - beta_t k_t^T k_t) diag(exp(g_t)) S_{t-1} + beta_t k_t^T v_t,
+    the key reading the decayed state; o_t = scale q_t S_t."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, g = (torch.randn(1, 2, 1, 3, generator=gen, dtype=torch.float64) for _ in range(3))
+    k, g = F.normalize(k, dim=-1), F.logsigmoid(g)
+    v = torch.randn(1, 2, 1, 2, generator=gen, dtype=torch.float64)
+    beta = torch.rand(1, 2, 1, generator=gen, dtype=torch.float64)
+    h0 = torch.randn(1, 1, 3, 2, generator=gen, dtype=torch.float64)
+    o, ht = kda_recurrent(q, k, v, g, beta, scale=0.5, initial_state=h0, output_final_state=True)
+    S = h0[0, 0]
+    for t in range(2):
+        kt, b = k[0, t, 0], beta[0, t, 0]
+        S = (torch.eye(3, dtype=torch.float64) - b * torch.outer(kt, kt)) @ torch.diag(g[0, t, 0].exp()) @ S
+        S = S + b * torch.outer(kt, v[0, t, 0])
+        assert torch.allclose(o[0, t, 0], 0.5 * q[0, t, 0] @ S, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(ht[0, 0], S, rtol=1e-12, atol=1e-15)
+
+
+def test_a_gate_per_channel_equal_across_k_is_the_scalar_gate():
+    """kda with g_t the same in every key channel is gated_delta_rule with that g_t."""
+    gen = torch.Generator().manual_seed(1)
+    q, k = (F.normalize(torch.randn(2, 19, 2, 4, generator=gen, dtype=torch.float64), dim=-1) for _ in range(2))
+    v = torch.randn(2, 19, 2, 3, generator=gen, dtype=torch.float64)
+    g = F.logsigmoid(torch.randn(2, 19, 2, generator=gen, dtype=torch.float64))
+    beta = torch.rand(2, 19, 2, generator=gen, dtype=torch.float64)
+    for gated, kda in ((gated_delta_rule_recurrent, kda_recurrent), (gated_delta_rule_chunked, kda_chunked)):
+        o1, s1 = gated(q, k, v, g, beta, output_final_state=True)
+        o2, s2 = kda(q, k, v, g[..., None].expand(-1, -1, -1, 4), beta, output_final_state=True)
+        assert rel(o2, o1) < 1e-13 and rel(s2, s1) < 1e-13
+
+
+@pytest.mark.parametrize("op", FAMILY)
+def test_in_call_l2_normalisation(op):
+    """use_qk_l2norm_in_kernel: the loop and the chunked form on raw q, k equal the loop on q, k
+    divided by sqrt(sum of squares + 1e-6), as upstream normalises them."""
+    spec = OPS[op]
+    x = make_inputs(spec.under("use_qk_l2norm_in_kernel"), 2, 21, 2, 5, 3, torch.float32, "normal", True, seed=2)
+    args, h0 = x.args(torch.float64), x.initial_state(torch.float64)
+    loop, chunked = load_function(spec.reference_loop), load_function(spec.reference_chunked)
+    want, _ = loop(*[l2_normalise(a) if i < 2 else a for i, a in enumerate(args)], initial_state=h0)
+    for fn in (loop, lambda *a, **kw: chunked(*a, chunk_size=8, **kw)):
+        got, _ = fn(*args, initial_state=h0, use_qk_l2norm_in_kernel=True)
+        assert rel(got, want) < 1e-12
+
+
+@pytest.mark.parametrize("op", ["delta_rule", "kda"])
+def test_kernel_with_in_call_l2_normalisation(op):
+    """The kernel with use_qk_l2norm_in_kernel on raw q, k against the reference with it, fp32:
+    every output and gradient (dq, dk through the normalisation)."""
+    spec = OPS[op].under("use_qk_l2norm_in_kernel")
+    x = make_inputs(spec, 1, 12, 2, 16, 8, torch.float32, "normal", True, seed=3)
+    fn = spec.variant_fn("fused_recurrent")
+
+    def call(*args, **kw):
+        return fn(*args, use_qk_l2norm_in_kernel=True, **kw)
+
+    def ref(*args, **kw):
+        return load_function(spec.reference_loop)(*args, use_qk_l2norm_in_kernel=True, **kw)
+    assert_matches_reference(spec, run(call, x), run(ref, x, dtype=torch.float64), torch.float32)
+
+
+@pytest.mark.parametrize("op,lengths", [("kda", [1, 20, 66]), ("delta_rule", [5, 11])])
+def test_packed_sequences_equal_each_alone(op, lengths):
+    """cu_seqlens: every output and gradient equals the float64 loop run sequence by sequence,
+    each from its own initial state (one sequence of length 1, one past a 64-token chunk)."""
+    spec = OPS[op]
+    T, N = sum(lengths), len(lengths)
+    x = make_inputs(spec, 1, T, 2, 16, 8, torch.float32, "strong", False, seed=4)
+    gen = torch.Generator().manual_seed(5)
+    h0, dht = (torch.randn(N, 2, 16, 8, generator=gen) for _ in range(2))
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
+    leaves = [t.clone().requires_grad_() for t in x.args()]
+    h0_leaf = h0.clone().to(DEVICE).requires_grad_()
+    o, ht = spec.variant_fn("fused_recurrent")(*leaves, initial_state=h0_leaf, output_final_state=True,
+                                                cu_seqlens=cu)
+    torch.autograd.backward([o, ht], [x.do, dht.to(DEVICE)])
+    loop = load_function(spec.reference_loop)
+    for n, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
+        parts = [t[:, a:b].detach().double().requires_grad_() for t in x.args()]
+        s0 = h0[n:n + 1].double().requires_grad_()
+        o64, ht64 = loop(*parts, initial_state=s0, output_final_state=True)
+        torch.autograd.backward([o64, ht64], [x.do[:, a:b].double(), dht[n:n + 1].double()])
+        assert_close(f"o (sequence {n})", o[:, a:b], o64, REL_TOL[torch.float32])
+        assert_close(f"ht (sequence {n})", ht[n:n + 1], ht64, REL_TOL[torch.float32])
+        assert_close(f"dh0 (sequence {n})", h0_leaf.grad[n:n + 1], s0.grad, REL_TOL[torch.float32])
+        for s, leaf, part in zip(spec.inputs, leaves, parts):
+            assert_close(f"d{s.name} (sequence {n})", leaf.grad[:, a:b], part.grad, REL_TOL[torch.float32])
+
+
+def test_float32_beta_beside_bf16_inputs():
+    """beta (and g) float32 beside bf16 q, k, v, as layers may compute them: dbeta and dg come
+    back float32 and float32-precise, the rest bf16."""
+    spec = OPS["gated_delta_rule"]
+    x = make_inputs(spec, 1, 9, 2, 16, 16, torch.float32, "normal", True, seed=6)
+    wide = ("g", "beta")
+    x = x.replace(**{n: t if n in wide else t.to(torch.bfloat16) for n, t in x.drawn.tensors.items()})
+    x.drawn = dataclasses.replace(x.drawn, do=x.drawn.do.to(torch.bfloat16))
+    got = run(spec.variant_fn("fused_recurrent"), x)
+    want = reference(spec, x)
+    for name in ("dg", "dbeta"):
+        assert got[name].dtype == torch.float32
+        assert_close(name, got[name], want[name], REL_TOL[torch.float32])
+    assert got["dq"].dtype == got["o"].dtype == torch.bfloat16
+    assert_close("o", got["o"], want["o"], REL_TOL[torch.bfloat16])
+
+
+def sweep_failures(op, planted, dtype="fp32"):
+    """{(check, tensor)} of the rows of a planted implementation that do not pass, on one case
+    with an initial state under strong gates (beta near 0 and 1)."""
+    spec = OPS[op]
+    case = Case(op=op, dtype=dtype, B=1, T=20, H=2, K=8, V=8, h0="grad", gate="strong", seed=0)
+    impl = Implementation("fused_recurrent", f"tests.planted_kernels:{planted}",
+                          load_function(f"tests.planted_kernels:{planted}"))
+    rows = run_case(spec, case, [impl], torch.device(DEVICE), checks=())
+    return {(r["check"], r["tensor"]) for r in rows if r["verdict"] != "PASS"}
+
+
+@pytest.mark.parametrize("op,correct", [("delta_rule", "delta_rule_like"), ("kda", "kda_like")])
+def test_the_planted_loops_without_their_bugs_pass(op, correct):
+    assert sweep_failures(op, correct) == set()
+
+
+def test_a_beta_gradient_without_its_correction_fails_dbeta_only():
+    failed = sweep_failures("delta_rule", "delta_rule_beta_grad_without_correction")
+    assert ("golden", "dbeta") in failed
+    assert all(tensor.startswith("dbeta") for _, tensor in failed), failed
+
+
+def test_a_key_reading_the_undecayed_state_fails_o():
+    failed = sweep_failures("kda", "kda_key_reads_undecayed_state")
+    assert {("golden", "o"), ("golden", "ht"), ("golden", "dg")} <= failed, failed
