@@ -215,8 +215,11 @@ def _pow2(n):
     return max(16, triton.next_power_of_2(n))
 
 
-def _warps(*sizes):
-    return 8 if max(sizes) >= 8192 else 4
+def _warps(BK, BM, BV):
+    """8 warps for blocks of 8192 elements or more, and for 256-wide K or V blocks: with 4 (or
+    2) warps Triton 3.6 aborts the process compiling `_bwd_fwd_kernel` at K = V = 256, M = 16
+    (an LLVM SLPVectorizer assertion, on the H100)."""
+    return 8 if max(BK * BM, BM * BV) >= 8192 or max(BK, BV) >= 256 else 4
 
 
 class FusedRecurrentGSAFunction(torch.autograd.Function):
@@ -243,7 +246,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
             q, k, v, s, g, *(h0 or (None, None)), o, hkt, hvt, chunk_offsets, scale, T,
             triton.cdiv(T, CHUNK), H=H, K=K, V=V, M=M, BT=CHUNK, BK=BK, BV=BV, BM=BM,
             USE_H0=h0 is not None, STORE_HT=output_final_state, VARLEN=chunk_offsets is not None,
-            num_warps=_warps(BK * BM, BM * BV))
+            num_warps=_warps(BK, BM, BV))
         ctx.save_for_backward(q, k, v, s, g, *(h0 or (None, None)))
         ctx.chunk_offsets = chunk_offsets
         ctx.scale = scale
@@ -262,7 +265,7 @@ class FusedRecurrentGSAFunction(torch.autograd.Function):
         N = state_count(B, ctx.chunk_offsets)
         varlen = dict(VARLEN=ctx.chunk_offsets is not None)
         BK, BM, BV = _pow2(K), _pow2(M), _pow2(V)
-        num_warps = _warps(BK * BM, BM * BV)
+        num_warps = _warps(BK, BM, BV)
         NT = triton.cdiv(T, CHUNK)
         f32 = dict(dtype=torch.float32, device=q.device)
         do = torch.zeros_like(v) if do is None else do.contiguous()
