@@ -1,7 +1,16 @@
-"""`python -m harness`: see harness.cli."""
+"""`python -m harness`: see harness.cli. A sweep runs in a worker process under a supervisor
+(harness.supervisor), so that a process that dies in a case costs only that case."""
+import os
 import sys
 
-import fla_kernels  # noqa: F401  (sets the Triton interpreter up before any kernel is defined)
-from harness.cli import main
+from harness.supervisor import WORKER, interrupt_once_per_press, supervise, supervised
+
+if supervised(sys.argv[1:]):
+    sys.exit(supervise(sys.argv[1:]))
+if os.environ.get(WORKER):
+    interrupt_once_per_press()
+
+import fla_kernels  # noqa: E402,F401  (sets the Triton interpreter up before any kernel is defined)
+from harness.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -20,6 +19,7 @@ from harness.environment import new_run_id
 from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op, op_symbols
 from harness.run_folder import RunFolderError, prepare
+from harness.supervisor import resume_arguments, resume_command, tell_run_folder
 from harness import upstream
 from harness.checks import EXTRA_CHECKS
 from harness.runner import implementations
@@ -282,6 +282,7 @@ def cmd_sweep(args) -> int:
     label = "-".join(args.op) + "-" + "-".join(args.dtype)
     run_id = new_run_id(label)
     out = _run_folder(args.out, Path("results") / run_id, args.resume, args.force)
+    tell_run_folder(out)
     print(f"run {run_id}: {len(plan)} cases ({preset} preset) -> {out}", flush=True)
     checks = () if args.checks == ["none"] else tuple(args.checks)
     cache = None if args.no_golden_cache else GoldenCache(args.golden_cache or default_dir())
@@ -417,34 +418,12 @@ COMMANDS = {"list": lambda args: cmd_list(), "sweep": cmd_sweep, "gate": cmd_gat
             "report": cmd_report, "repro": cmd_repro, "bench": cmd_bench}
 
 
-def _without_run_folder(argv: list[str]) -> list[str]:
-    """`argv` without --out, --resume and --force (to add the ones of a continued run)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--resume", "--force") or arg.startswith("--out="):
-            continue
-        elif arg == "--out":
-            skip = True
-        else:
-            out.append(arg)
-    return out
-
-
-def resume_command(argv: list[str], out) -> str:
-    """The command line that continues this sweep in `out`."""
-    return shlex.join(["python", "-m", "harness", *_without_run_folder(argv), "--resume", "--out",
-                       str(out)])
-
-
 def restart_sweep(argv: list[str], out) -> NoReturn:
     """Replace this process by `python -m harness` with the same arguments, resuming into `out`
     (a fresh process, whose CUDA context works again)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "harness", *_without_run_folder(argv), "--resume",
-                              "--out", str(out)])
+    os.execv(sys.executable, [sys.executable, "-m", "harness", *resume_arguments(argv, out)])
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:

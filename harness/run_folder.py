@@ -6,7 +6,8 @@ import csv
 import tempfile
 from pathlib import Path
 
-RUN_FILES = ("results.csv", "report.html", "summary.md", "compare.html", "gate-summary.md")
+RUN_FILES = ("results.csv", "report.html", "summary.md", "compare.html", "gate-summary.md",
+             "in_progress.json")   # the last: harness.supervisor.MARKER
 
 
 class RunFolderError(ValueError):

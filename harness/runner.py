@@ -136,12 +136,13 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
     raises keeps the golden rows of the outputs it returned right, beside its ERROR row; one
     that does not take the case's option or packing gets a SKIP row saying so. `cache`:
     a GoldenCache for the goldens and baselines, or None. `where["step"]` names the step under
-    way (for an error that escapes the case: a GPU error surfaces at a later call than its
-    kernel's).
+    way and `where["variant"]` the implementation running it, None outside one (for an error that
+    escapes the case: a GPU error surfaces at a later call than its kernel's; and for a process
+    that dies in it: `where` may write itself to disk, harness.supervisor.CaseInProgress).
     """
     where = {} if where is None else where
     rows = []
-    where["step"] = "the goldens"
+    where.update(variant=None, step="the goldens")
     try:
         context = case_context(spec, case, device, cache)
     except Exception as exc:  # the references failing is reported, not fatal
@@ -154,7 +155,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
     results, goldens = {}, {}   # variant -> its outputs; (variant, tensor) -> its golden row
     for impl in impls:
         label = f"{impl.variant} ({impl.impl})"
-        where["step"] = f"{label}: its run"
+        where.update(variant=impl.variant, step=f"{label}: its run")
         reason = unsupported(impl.fn, spec, case)
         if reason:
             rows.append(run_row(case, impl, "SKIP", reason))
@@ -191,7 +192,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             if check.applies(context, impl):
                 where["step"] = f"{label}: the {check.name} check"
                 rows.extend(check.rows(context, impl, run))
-    where["step"] = "the agreement rows"
+    where.update(variant=None, step="the agreement rows")
     for a, b in itertools.combinations([i for i in impls if i.variant in results], 2):
         for name in names:
             rows.append({**_case_fields(case), "variant": f"{a.variant}~{b.variant}",

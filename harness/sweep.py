@@ -15,6 +15,7 @@ from harness.results import ResultWriter, read_finished
 from harness.checks import EXTRA_CHECKS, checks_per_case
 from harness.execution import describe_error
 from harness.runner import Implementation, run_case, run_row
+from harness.supervisor import WRITING, CaseInProgress, death_message, drop_marker, read_marker
 
 
 class DeviceLost(RuntimeError):
@@ -56,7 +57,11 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
     After every case `healthy(device)` is asked whether the GPU context survived; when it did
     not, the case's rows up to its first error and an ERROR row saying so are written and
     DeviceLost is raised (the caller goes on in a new process with `resume`). Ctrl-C stops
-    after the rows of the finished cases and renders the reports of those."""
+    after the rows of the finished cases and renders the reports of those.
+
+    The case under way is recorded in the run folder until its rows are written
+    (harness.supervisor.MARKER); a record found by `resume` is a case whose process died: it gets
+    ERROR rows and is done."""
     out_dir = Path(out_dir)
     csv_path = out_dir / "results.csv"
     finished = read_finished(csv_path) if resume and csv_path.exists() else None
@@ -73,27 +78,35 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
     interrupted = False
     case_checks = checks_per_case(plan, checks)
     with ResultWriter(csv_path) as writer:
+        died = read_marker(out_dir) if resume else None
+        if died is not None:
+            failures += _write_death(died, plan, done, writer, shared, echo)
+            drop_marker(out_dir)
         bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
         try:
             for (spec, case, impls), own_checks in zip(bar, case_checks):
                 if case.case_id in done:
                     skipped += 1
                     continue
-                where = {}
+                where = CaseInProgress(out_dir, case.case_id)
                 try:
-                    rows = run_case(spec, case, impls, dev, own_checks, cache, where)
-                    error = None
-                except KeyboardInterrupt:
-                    raise
-                except Exception as exc:
-                    if healthy(dev):
+                    try:
+                        rows = run_case(spec, case, impls, dev, own_checks, cache, where)
+                        error = None
+                    except KeyboardInterrupt:
                         raise
-                    rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
-                lost = error is not None or not healthy(dev)
-                if lost:
-                    rows = _rows_before_loss(rows, case, impls, error)
-                failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
-                writer.write_case([{**shared, **r} for r in rows])
+                    except Exception as exc:
+                        if healthy(dev):
+                            raise
+                        rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
+                    lost = error is not None or not healthy(dev)
+                    if lost:
+                        rows = _rows_before_loss(rows, case, impls, error)
+                    failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
+                    where["step"] = WRITING
+                    writer.write_case([{**shared, **r} for r in rows])
+                finally:
+                    where.finish()   # a process that dies before this leaves the marker behind
                 if lost:
                     raise DeviceLost(f"the GPU context was lost in case {case.case_id}: "
                                      f"{rows[-1]['message']}")
@@ -107,6 +120,25 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
     html_path, md_path = _render(csv_path, out_dir, {"run_id": run_id, "wall_s": wall, **shared})
     return SweepOutcome(csv_path, html_path, md_path, wall, ran, skipped, interrupted,
                         finished.dropped if finished else "")
+
+
+def _write_death(marker: dict, plan, done: set, writer: ResultWriter, shared: dict, echo) -> int:
+    """The ERROR rows of the case an earlier process died in (`marker`), for the implementation
+    that was running (for each, when that is unknown), written as the case's rows and the case
+    added to `done`, so it is never run again; their number. Nothing when the case is done or
+    not in the plan, or when the death came while its rows were written (it runs again)."""
+    case_id = marker.get("case_id")
+    entry = next(((case, impls) for _, case, impls in plan if case.case_id == case_id), None)
+    if entry is None or case_id in done or marker.get("step") == WRITING:
+        return 0
+    case, impls = entry
+    suspects = [i for i in impls if i.variant == marker.get("variant")] or impls
+    message = death_message(marker)
+    rows = [run_row(case, impl, "ERROR", message[:500]) for impl in suspects]
+    writer.write_case([{**shared, **r} for r in rows])
+    done.add(case_id)
+    echo(f"case {case_id}: {message}", flush=True)
+    return len(rows)
 
 
 def _rows_before_loss(rows: list[dict], case: Case, impls, error: str | None) -> list[dict]:

@@ -103,7 +103,7 @@ def test_module_entry_point_exits_2_without_traceback():
     proc = subprocess.run([sys.executable, "-m", "harness", "sweep", "--op", "nope"],
                           capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "harness: error: unknown op 'nope'; known ops: gla, gsa, linear_attn, rwkv6, simple_gla"
+    assert proc.stderr.strip() == "harness: error: unknown op 'nope'; known ops: delta_rule, gated_delta_rule, gla, gsa, kda, linear_attn, rwkv6, simple_gla"
 
 
 def test_checks_determinism_on_request_catches_a_nondeterministic_kernel(tmp_path):

@@ -7,6 +7,10 @@ from `OP` when this module is named in FLA_HARNESS_DECLARATIONS (tests/test_toy_
 """
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import torch
 
 from fla_kernels.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
@@ -50,6 +54,25 @@ def chunk_toy_decay_without_options(q, k, v, scale=None, initial_state=None, out
     """The chunk kernel as a library that has no options would ship it."""
     return chunk_toy_decay(q, k, v, scale=scale, initial_state=initial_state,
                            output_final_state=output_final_state)
+
+
+def _dying_at(T: int, die, name: str):
+    """The chunk kernel, except that a call with T tokens ends the process by `die()` (as a
+    compiler's assertion or a driver's fault does) instead of returning."""
+    def call(q, k, v, **kwargs):
+        if q.shape[1] == T:
+            die()
+        return chunk_toy_decay(q, k, v, **kwargs)
+    call.__name__ = name
+    return call
+
+
+chunk_toy_decay_aborting_at_T20 = _dying_at(20, os.abort, "chunk_toy_decay_aborting_at_T20")
+chunk_toy_decay_segfaulting_at_T20 = _dying_at(
+    20, lambda: os.kill(os.getpid(), signal.SIGSEGV), "chunk_toy_decay_segfaulting_at_T20")
+chunk_toy_decay_exiting_at_T20 = _dying_at(20, lambda: os._exit(0), "chunk_toy_decay_exiting_at_T20")
+# stays in its case until killed from outside (the machine ending the whole process tree)
+chunk_toy_decay_hanging_at_T20 = _dying_at(20, lambda: time.sleep(600), "chunk_toy_decay_hanging_at_T20")
 
 
 def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False,
