@@ -99,13 +99,13 @@ def test_packed_sequences_equal_each_alone(op, lengths):
     T, N = sum(lengths), len(lengths)
     x = make_inputs(spec, 1, T, 2, 16, 8, torch.float32, "strong", False, seed=4)
     gen = torch.Generator().manual_seed(5)
-    h0, dht = (torch.randn(N, 2, 16, 8, generator=gen) for _ in range(2))
+    h0, dht = (torch.randn(N, 2, 16, 8, generator=gen).to(DEVICE) for _ in range(2))
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
     leaves = [t.clone().requires_grad_() for t in x.args()]
-    h0_leaf = h0.clone().to(DEVICE).requires_grad_()
+    h0_leaf = h0.clone().requires_grad_()
     o, ht = spec.variant_fn("fused_recurrent")(*leaves, initial_state=h0_leaf, output_final_state=True,
                                                 cu_seqlens=cu)
-    torch.autograd.backward([o, ht], [x.do, dht.to(DEVICE)])
+    torch.autograd.backward([o, ht], [x.do, dht])
     loop = load_function(spec.reference_loop)
     for n, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
         parts = [t[:, a:b].detach().double().requires_grad_() for t in x.args()]
