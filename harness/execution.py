@@ -23,11 +23,13 @@ class Execution:
 class RunFailed(Exception):
     """An implementation's run stopped before its gradients: it returned something the op does not
     (`tensor` names it), or its backward raised. `forward` holds the outputs it returned that
-    match the op, which are still compared with the golden."""
+    match the op, which are still compared with the golden. `verdict` is the row it gets: SKIP
+    for a backward that raises NotImplementedError (a forward-only implementation, such as
+    upstream's fused_recurrent of gated_delta_rule and kda), else ERROR."""
 
-    def __init__(self, message: str, forward: dict, tensor: str = ""):
+    def __init__(self, message: str, forward: dict, tensor: str = "", verdict: str = "ERROR"):
         super().__init__(message)
-        self.forward, self.tensor = forward, tensor
+        self.forward, self.tensor, self.verdict = forward, tensor, verdict
 
 
 def _shape_text(shape, symbols) -> str:
@@ -151,8 +153,10 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         if outputs:
             torch.autograd.backward(outputs, grads)
     except Exception as exc:
-        raise RunFailed(f"backward raised {describe_error(exc)}",
-                        {} if segments else {k: v for k, v in result.items() if v is not None}) from exc
+        forward_only = isinstance(exc, NotImplementedError)
+        raise RunFailed(f"{'no backward: it' if forward_only else 'backward'} raised {describe_error(exc)}",
+                        {} if segments else {k: v for k, v in result.items() if v is not None},
+                        verdict="SKIP" if forward_only else "ERROR") from exc
     for name, x in leaves.items():
         if name in differentiable:
             result["d" + name] = x.grad

@@ -167,7 +167,7 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             wall = time.perf_counter() - start
             rows += [_row(case, impl, "golden", name, wall_s=wall, **against_golden(exc.forward, name))
                      for name in names if name in exc.forward]
-            rows.append(run_row(case, impl, "ERROR", describe_error(exc), tensor=exc.tensor))
+            rows.append(run_row(case, impl, exc.verdict, describe_error(exc), tensor=exc.tensor))
             _release(device)
             continue
         except Exception as exc:

@@ -38,6 +38,16 @@ class _RaiseInBackward(torch.autograd.Function):
         raise RuntimeError("planted failure in backward")
 
 
+class _NoBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError("this function has no backward; use the chunked one for training")
+
+
 def gate_grad_scaled(r, k, v, w, u, **kw):
     """dw is 0.9 of the truth; everything else is right."""
     return baseline_like(r, k, v, _OnGradient.apply(w, lambda grad: grad * 0.9), u, **kw)
@@ -45,6 +55,11 @@ def gate_grad_scaled(r, k, v, w, u, **kw):
 
 def raises_in_backward(r, k, v, w, u, **kw):
     return baseline_like(r, k, _RaiseInBackward.apply(v), w, u, **kw)
+
+
+def forward_only(r, k, v, w, u, **kw):
+    """A forward-only implementation (inference kernels): its backward raises NotImplementedError."""
+    return baseline_like(r, k, _NoBackward.apply(v), w, u, **kw)
 
 
 def raises_in_forward(r, k, v, w, u, **kw):

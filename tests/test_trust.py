@@ -34,6 +34,12 @@ def test_a_backward_that_raises_keeps_the_forward_rows():
     assert rows[-1]["message"] == "backward raised RuntimeError: planted failure in backward"
 
 
+def test_a_forward_only_implementation_gets_its_forward_checked_and_a_skip_row_for_its_gradients():
+    rows = rows_of("forward_only")
+    assert [(r["tensor"], r["verdict"]) for r in rows] == [("o", "PASS"), ("ht", "PASS"), ("", "SKIP")]
+    assert rows[-1]["message"].startswith("no backward: it raised NotImplementedError: this function has no backward")
+
+
 @pytest.mark.parametrize("name", ["nondeterministic"])
 def test_determinism_runs_for_implementations_that_are_not_our_interpreted_kernels(name):
     rows = run_case(SPEC, case(), [impl(name)], CPU, checks=("determinism",))
