@@ -181,7 +181,7 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     for i_v in range(tl.cdiv(V, BV)):
         b_do, b_v, b_dq_v, b_dk_v, b_carried_v = through_states(
             do, v, states, dh, base_v, i_bh * NT + i_c, c0, T, H, K, V, BT, BK, BV, i_k, i_v,
-            FP32_DOT, STATE_DTYPE)
+            FP32_DOT, STATE_DTYPE, False)
         b_dot = load_rows_t(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
         b_dA += mma(b_do, b_vt, FP32_DOT, INPUT_DTYPE)
