@@ -1,4 +1,4 @@
-"""Run under TRITON_INTERPRET=1 FLA_EMULATE_TENSOR_CORES=1 by test_tensor_core_emulation.py (the
+"""Run under TRITON_INTERPRET=1 FLA_EMULATE_TENSOR_CORES=1 by `kernel_testing.emulated` (the
 switch is read when fla_kernels is imported): prints one JSON object of results."""
 import json
 import sys
@@ -67,10 +67,25 @@ def gate_sums(op, variant, dtype, T, gate, planted):
     return {r["tensor"]: (r["verdict"], r["message"]) for r in rows if r["tensor"].startswith("dg")}
 
 
+def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks):
+    """{"check: tensor": (verdict, err, bound, floor)} of every row of one case of our `variant`
+    with the checks named in `checks` (comma-separated, or "none")."""
+    spec = get_op(op)
+    case = Case(op=op, dtype=dtype, B=int(B), T=int(T), H=int(H), K=int(K), V=int(V), h0="grad",
+                gate=gate, seed=0, varlen=varlen, option=option)
+    impl = Implementation(variant, "ours", spec.variant_fn(variant))
+    names = () if checks == "none" else tuple(checks.split(","))
+    rows = run_case(spec, case, [impl], torch.device("cpu"), checks=names)
+    return {f"{r['check']}: {r['tensor']}": (r["verdict"], r.get("err"), r.get("bound"), r.get("floor"))
+            for r in rows}
+
+
 if __name__ == "__main__":
     job = sys.argv[1]
     if job == "products":
         print(json.dumps(products()))
+    elif job == "case":
+        print(json.dumps(case_rows(*sys.argv[2:])))
     else:
         op, variant, dtype, T, gate, planted = sys.argv[2:]
         print(json.dumps(gate_sums(op, variant, dtype, int(T), gate, planted if planted in PLANTED else None)))

@@ -21,6 +21,10 @@ does not exist in that run (no final state asked for, no initial state, gradient
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -252,3 +256,18 @@ def assert_identical(first: dict, second: dict):
         assert (t is None) == (second[name] is None), f"{name}: None in only one of two identical calls"
         if t is not None:
             assert torch.equal(t, second[name]), f"{name} differs between two identical calls"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def emulated(*args):
+    """The JSON result of `python -m tests.emulated_tensor_cores *args`, run under the interpreter
+    with the tensor cores' operand rounding emulated (FLA_EMULATE_TENSOR_CORES=1, read when
+    fla_kernels is imported, hence a process of its own): the rounding a GPU run has and a plain
+    CPU run, whose products are all IEEE fp32, does not."""
+    env = dict(os.environ, TRITON_INTERPRET="1", FLA_EMULATE_TENSOR_CORES="1", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "tests.emulated_tensor_cores", *args], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])

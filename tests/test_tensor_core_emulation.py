@@ -2,22 +2,9 @@
 so a CPU run sees the bias one such rounding leaves in a gate gradient's sums. The three kernels
 fixed for it on the H100 pass there, and each of them with its split products planted back to
 one rounding fails its dg sums, and only them."""
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def emulated(*args):
-    env = dict(os.environ, TRITON_INTERPRET="1", FLA_EMULATE_TENSOR_CORES="1", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "tests.emulated_tensor_cores", *args], cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+from tests.kernel_testing import emulated
 
 
 def test_products_round_their_operands_to_the_operand_dtype():

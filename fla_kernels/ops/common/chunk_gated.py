@@ -240,7 +240,7 @@ def _bwd_inter_kernel(k, v, g, do, states, dh, dqs, dks, dq_first, dk_last, boun
     for i_v in range(tl.cdiv(V, BV)):
         _, _, b_dq_v, b_dk_v, b_carried_v = through_states(do, v, states, dh, base_v, i_bh * NT + i_c,
                                                            c0, T, H, K, V, BT, BK, BV, i_k, i_v,
-                                                           FP32_DOT, OPERAND_DTYPE)
+                                                           FP32_DOT, OPERAND_DTYPE, True)
         b_dq += b_dq_v
         b_dk += b_dk_v
         b_carried += b_carried_v

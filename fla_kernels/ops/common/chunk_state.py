@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma
+from fla_kernels.ops.common.dot import EMULATE, add_rounded, mma, mma_tf32_split_rhs
 from fla_kernels.ops.common.launch import block_size, flat_grid, launch, tuned_blocks
 from fla_kernels.ops.common.tiles import (flat_program, initial_block, load_rows, load_state,
                                           store_state)
@@ -337,17 +337,27 @@ def _chunk_fwd_h_kernel(k, v, g, h0, states, final, chunk_offsets, T, NT, H: tl.
 @triton.jit
 def through_states(do, v, states, dh, base_v, index, c0, T, H: tl.constexpr, K: tl.constexpr,
                    V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, i_k,
-                   i_v, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                   i_v, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr,
+                   SPLIT_DH: tl.constexpr):
     """(do, v [BT, BV], do h^T, v dh^T [BT, BK], sum over the V-block of h * dh [BK]) for V-block
     i_v of the chunk at c0: the parts of dq and dk through the state h entering the chunk and
     the gradient dh of the one leaving it (states[index], dh[index], [K, V], read transposed),
-    and of the chunk's boundary term of dg."""
+    and of the chunk's boundary term of dg.
+
+    SPLIT_DH: v dh^T keeps about 21 bits of a float32 dh (`mma_tf32_split_rhs`). The rows'
+    k_j . dk_j are the boundary term of dg at the chunk's last rows, where nothing cancels them:
+    one 16-bit rounding of dh, shared by every row, put that dg at 1.3 times its bound (gla, bf16
+    with float32 gates, a packed sequence's last chunk, dh its final state's float32 gradient)."""
     b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
     b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
     b_ht = load_state(states, index, K, V, BK, BV, i_k, i_v, True)
     b_dht = load_state(dh, index, K, V, BK, BV, i_k, i_v, True)
-    return (b_do, b_v, mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE),
-            mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE), tl.sum(b_ht * b_dht, axis=0))
+    if SPLIT_DH:
+        b_dk = mma_tf32_split_rhs(b_v, b_dht, FP32_DOT)
+    else:
+        b_dk = mma(b_v, b_dht, FP32_DOT, OPERAND_DTYPE)
+    return (b_do, b_v, mma(b_do, b_ht, FP32_DOT, OPERAND_DTYPE), b_dk,
+            tl.sum(b_ht * b_dht, axis=0))
 
 
 def _gate_args(g, stand_in):

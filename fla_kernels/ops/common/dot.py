@@ -114,6 +114,22 @@ def mma_tf32_split(a, b, FP32_DOT: tl.constexpr):
 
 
 @triton.jit
+def mma_tf32_split_rhs(a, b, FP32_DOT: tl.constexpr):
+    """a @ b to about 21 bits in two tf32 products, for a exact in tf32 (a 16-bit input) and b
+    computed in fp32 (a state's gradient): b as two rounded tf32 parts, hi + lo.
+
+    One 16-bit rounding of a state gradient dh is shared by every row j of k_j dh (or v_j dh^T):
+    where those rows' keys share a sign (positive feature maps), its error adds up over the
+    chunk's tokens instead of averaging out. FP32_DOT: one IEEE product."""
+    if FP32_DOT:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        hi = round_tf32(b)
+        lo = round_tf32(b.to(tl.float32) - hi)
+        return mma(a, hi, FP32_DOT, tl.float32) + mma(a, lo, FP32_DOT, tl.float32)
+
+
+@triton.jit
 def add_rounded(acc, x):
     """acc + x in fp32 rounded to nearest, where x is a product (`mma`) and acc a carried state.
 

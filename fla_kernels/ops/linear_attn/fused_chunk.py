@@ -15,7 +15,9 @@ backward with its gradient dh (dk, dv, dh0):
     dv_j = k_j dh_c + scale * sum_{i >= j} (q_i . k_j) do_i
 with dh_c the gradient w.r.t. the state leaving chunk c (dht after the last).
 Partial sums over the other head dimension (dq, dk over V-blocks, dv over K-blocks)
-are reduced by `sum_parts`. Every product is a dot of loaded tiles (read transposed where
+are reduced by `sum_parts`. k_j dh_c keeps about 21 bits of the carried dh (`mma_tf32_split_rhs`:
+one bf16 rounding of it, shared by the chunk's rows, put dv's sums over tokens at 1.25 times their
+bound with positive keys, normalize=True on the H100). Every product is a dot of loaded tiles (read transposed where
 needed): no dot ever takes the transpose of another dot's result or of the carried
 state; dq and dk are formed transposed and stored through transposed offsets.
 """
@@ -26,7 +28,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
-from fla_kernels.ops.common.dot import add_rounded, mma
+from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs
 from fla_kernels.ops.common.launch import LaunchSizes, compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.partials import sum_parts
 from fla_kernels.ops.common.tiles import (head_program, initial_block, load_rows, load_rows_t,
@@ -110,7 +112,7 @@ def _bwd_kernel(q, k, v, do, h0, dht, dq, dk, dv, dh0, scale, T, NT, B, H: tl.co
         b_dA = tl.where(lower, mma(b_do, b_vt, FP32_DOT, OPERAND_DTYPE), 0.0)   # [i, j] = do_i . v_j
         b_At = tl.where(lower_t, mma(b_k, b_qt, FP32_DOT, OPERAND_DTYPE), 0.0)  # [j, i] = scale k_j . q_i
         b_dkt = mma(b_dh, b_vt, FP32_DOT, OPERAND_DTYPE) + mma(b_qt, b_dA, FP32_DOT, OPERAND_DTYPE)
-        b_dv = mma(b_k, b_dh, FP32_DOT, OPERAND_DTYPE) + mma(b_At, b_do, FP32_DOT, OPERAND_DTYPE)
+        b_dv = mma_tf32_split_rhs(b_k, b_dh, FP32_DOT) + mma(b_At, b_do, FP32_DOT, OPERAND_DTYPE)
         _store_rows_t(dk, b_dkt, base_dk, c0, T, H, K, BT, BK, i_k)
         store_rows(dv, b_dv, base_dv, c0, T, H, V, BT, BV, i_v)
         b_dh = add_rounded(b_dh, mma(b_qt, b_do, FP32_DOT, OPERAND_DTYPE))

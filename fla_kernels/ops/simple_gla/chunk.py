@@ -18,9 +18,9 @@ path: the same float64 chunk cumsum, broadcast over K).
 
 Forward:  chunk_fwd_h (states, stored in bf16 for bf16 inputs) -> _fwd_o_kernel (o).
 Backward: states recomputed; chunk_bwd_dh (dh, dh0) -> _bwd_dv_kernel (dv)
-          -> _bwd_dqkg_kernel (dq, dk and per-K-block partials of dg). States and dh are
-          stored in bf16 for bf16 inputs without a gate, else in float32 (dg reads them
-          element-wise).
+          -> _bwd_dqkg_kernel (dq, dk and per-K-block partials of dg). States are stored
+          in bf16 for bf16 inputs without a gate, else in float32 (dg reads them
+          element-wise); dh always in float32 (`_bwd_dv_kernel` says why).
 A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py): the two state
 walks take its sequences' chunk offsets, the other kernels run as they are.
 Products of two loaded 16-bit tiles take their own dtype (exact); products of a dot's
@@ -52,7 +52,7 @@ import triton.language as tl
 from fla_kernels.ops.common.autograd import apply_checked, input_grads, save_context, upstream
 from fla_kernels.ops.common.chunk_state import (chunk_bwd_dh, chunk_cumgate, chunk_fwd_h, exp_nonpos,
                                                 through_states)
-from fla_kernels.ops.common.dot import mma, mma_tf32_split
+from fla_kernels.ops.common.dot import mma, mma_tf32_split, mma_tf32_split_rhs
 from fla_kernels.ops.common.launch import (LaunchSizes, compiles_ahead, flat_grid, launch,
                                           tuned_blocks)
 from fla_kernels.ops.common.partials import sum_parts
@@ -119,7 +119,10 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
     """dv_j = scale * sum_{i >= j} (q_i . k_j) exp(G_i - G_j) do_i + exp(G_L - G_j) k_j dh_c,
     one program per (V-block, chunk, b*h); dh_c is the gradient w.r.t. the state leaving chunk c.
     The transposed scores are their own dot (k q^T), not the transpose of another dot's result.
-    Operands as in `_fwd_o_kernel` (dh for the states)."""
+    Operands as in `_fwd_o_kernel` (dh for the states), except k dh_c without a gate: every row
+    of the chunk takes dh_c at full weight, so one rounding of it adds up over the rows' sum
+    where the keys share a sign (positive feature maps); dh_c is float32 there and the product
+    keeps about 21 bits of it (`mma_tf32_split_rhs`)."""
     i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
@@ -131,7 +134,10 @@ def _bwd_dv_kernel(q, k, g, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
         b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
         b_dh = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
         b_At += mma(b_k, tl.trans(b_q), FP32_DOT, INPUT_DTYPE)
-        b_dv += mma(b_k, b_dh, FP32_DOT, STATE_DTYPE)
+        if USE_G:
+            b_dv += mma(b_k, b_dh, FP32_DOT, STATE_DTYPE)
+        else:
+            b_dv += mma_tf32_split_rhs(b_k, b_dh, FP32_DOT)
     causal_t = o_i[:, None] <= o_i[None, :]  # j <= i
     if USE_G:
         b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
@@ -175,7 +181,7 @@ def _bwd_dqkg_kernel(q, k, v, g, do, states, dh, dq, dk, dg_part, scale, T, NT, 
     for i_v in range(tl.cdiv(V, BV)):
         b_do, b_v, b_dq_v, b_dk_v, b_carried_v = through_states(
             do, v, states, dh, base_v, i_bh * NT + i_c, c0, T, H, K, V, BT, BK, BV, i_k, i_v,
-            FP32_DOT, STATE_DTYPE)
+            FP32_DOT, STATE_DTYPE, False)
         b_dot = load_rows_t(do, base_v, c0, T, H, V, BT, BV, i_v)
         b_vt = load_rows_t(v, base_v, c0, T, H, V, BT, BV, i_v)
         b_dA += mma(b_do, b_vt, FP32_DOT, INPUT_DTYPE)
@@ -247,10 +253,9 @@ class _Launch(LaunchSizes):
         super().__init__(q, v, BT, tf32=True)
         # products of two loaded inputs: in their own dtype, exact
         self.input_dtype = product_settings(q.dtype)["OPERAND_DTYPE"]
-        # the stored states (and, without a gate, their gradients dh): bf16 for bf16 inputs, as
-        # the same-dtype reference rounds them for its products; float32 for fp16 inputs, whose
-        # range a state can outgrow. The gate's gradient takes states and dh element-wise, so
-        # with a gate the backward keeps them in float32.
+        # the stored states: bf16 for bf16 inputs, as the same-dtype reference rounds them for
+        # its products; float32 for fp16 inputs, whose range a state can outgrow. The gate's
+        # gradient takes states element-wise, so with a gate the backward keeps them in float32.
         self.state_dtype = store_dtype(q.dtype) if q.dtype == torch.bfloat16 else torch.float32
 
     def operands(self, states):
@@ -292,7 +297,7 @@ def chunk_simple_gla_bwd(q, k, v, g, scale, initial_state, do, dht, chunk_offset
     states, _ = _states(L, k, v, g, initial_state, state_dtype, chunk_offsets)
     dh, dh0 = chunk_bwd_dh(q, g, do, dht, scale, BT, q_gate_exclusive=False,
                            need_dh0=initial_state is not None, **L.state_dots,
-                           state_dtype=state_dtype, tuning=TUNING["bwd_dh"],
+                           state_dtype=torch.float32, tuning=TUNING["bwd_dh"],
                            chunk_offsets=chunk_offsets)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     _, NV, kw = L.blocks("bwd_dv")
