@@ -1,5 +1,6 @@
 """Run under TRITON_INTERPRET=1 FLA_EMULATE_TENSOR_CORES=1 by `kernel_testing.emulated` (the
-switch is read when fla_kernels is imported): prints one JSON object of results."""
+switch is read when fla_kernels is imported), or on a GPU's real tensor cores where there is one:
+prints one JSON object of results."""
 import json
 import sys
 
@@ -34,16 +35,17 @@ def _tf32_once(a, b, FP32_DOT: tl.constexpr):
 
 
 PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once}
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SPLIT_PRODUCTS = ("mma_split", "mma_tf32_split")   # what a planted product takes the place of
 
 
 def products():
     """max |mma - exact product of the rounded operands| and max |mma - exact product|, per dtype."""
     gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(16, 16, generator=gen) for _ in range(2))
+    a, b = (torch.randn(16, 16, generator=gen).to(DEVICE) for _ in range(2))
     out = {}
     for name, tl_dtype, dtype in (("bf16", tl.bfloat16, torch.bfloat16), ("fp16", tl.float16, torch.float16)):
-        c = torch.empty(16, 16)
+        c = torch.empty(16, 16, device=DEVICE)
         _product[(1,)](a, b, c, tl_dtype)
         rounded = a.to(dtype).double() @ b.to(dtype).double()
         out[name] = [(c.double() - rounded).abs().max().item(),
@@ -63,7 +65,7 @@ def gate_sums(op, variant, dtype, T, gate, planted):
                 setattr(module, name, PLANTED[planted])
     case = Case(op=op, dtype=dtype, B=1, T=T, H=2, K=32, V=32, h0="grad", gate=gate, seed=0,
                 M=16 if op == "gsa" else 0)
-    rows = run_case(spec, case, [Implementation(variant, "ours", fn)], torch.device("cpu"), checks=())
+    rows = run_case(spec, case, [Implementation(variant, "ours", fn)], DEVICE, checks=())
     return {r["tensor"]: (r["verdict"], r["message"]) for r in rows if r["tensor"].startswith("dg")}
 
 
@@ -75,7 +77,7 @@ def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks):
                 gate=gate, seed=0, varlen=varlen, option=option)
     impl = Implementation(variant, "ours", spec.variant_fn(variant))
     names = () if checks == "none" else tuple(checks.split(","))
-    rows = run_case(spec, case, [impl], torch.device("cpu"), checks=names)
+    rows = run_case(spec, case, [impl], DEVICE, checks=names)
     return {f"{r['check']}: {r['tensor']}": (r["verdict"], r.get("err"), r.get("bound"), r.get("floor"))
             for r in rows}
 

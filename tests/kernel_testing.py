@@ -265,8 +265,14 @@ def emulated(*args):
     """The JSON result of `python -m tests.emulated_tensor_cores *args`, run under the interpreter
     with the tensor cores' operand rounding emulated (FLA_EMULATE_TENSOR_CORES=1, read when
     fla_kernels is imported, hence a process of its own): the rounding a GPU run has and a plain
-    CPU run, whose products are all IEEE fp32, does not."""
-    env = dict(os.environ, TRITON_INTERPRET="1", FLA_EMULATE_TENSOR_CORES="1", PYTHONPATH=ROOT)
+    CPU run, whose products are all IEEE fp32, does not. With a GPU the job runs on its real
+    tensor cores instead."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    if torch.cuda.is_available():
+        for name in ("TRITON_INTERPRET", "FLA_EMULATE_TENSOR_CORES"):
+            env.pop(name, None)
+    else:
+        env.update(TRITON_INTERPRET="1", FLA_EMULATE_TENSOR_CORES="1")
     out = subprocess.run([sys.executable, "-m", "tests.emulated_tensor_cores", *args], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
