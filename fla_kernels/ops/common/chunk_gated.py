@@ -85,7 +85,7 @@ def _score_block(A, i_bh, T, t0, c0, BR: tl.constexpr, BCOL: tl.constexpr, BT: t
 # ----------------------------------------------------------------------------- forward kernels
 
 @triton.jit(do_not_specialize=["T"])
-def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+def _intra_A_kernel(q, k, g, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                     BC: tl.constexpr, BK: tl.constexpr, READS_PREVIOUS: tl.constexpr,
                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr, LEVELS: tl.constexpr):
     """A [B, H, T, BT]: the intra-chunk scores, on and below the diagonal.
@@ -96,7 +96,9 @@ def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.c
     row, to_J those after each row of J up to the start of I (`span_sums` over the rows J..I),
     the reference point at the start of I, both exponents <= 0. A diagonal block: one dot per
     level of `diag_level_sums` with tf32 operands (IEEE for fp32 inputs), plus the gate-free
-    i = j term sum_d q_id k_id (times u_d for rwkv6) in fp32.
+    i = j term sum_d q_id k_id in fp32 (gla). rwkv6's i = j term, the bonus sum_d q_id u_d k_id,
+    is left out (zero): stored in a 16-bit A it would be rounded once more before o = A v, so its
+    readers recompute it in fp32 (`_bonus`).
     """
     NC: tl.constexpr = BT // BC
     GATE_DTYPE: tl.constexpr = g.dtype.element_ty
@@ -129,15 +131,11 @@ def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.c
         t_i = c0 + i_p * BC
         b_Ad = tl.zeros([BC, BC], dtype=tl.float32)
         for i_k in range(tl.cdiv(K, BK)):
-            o_d = i_k * BK + tl.arange(0, BK)
             b_q = load_rows(q, base, t_i, T, H, K, BC, BK, i_k)
             b_k = load_rows(k, base, t_i, T, H, K, BC, BK, i_k)
-            if READS_PREVIOUS:
-                b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
-                b_diag = tl.sum(b_q * b_u[None, :] * b_k, axis=1)
-            else:
+            if not READS_PREVIOUS:
                 b_diag = tl.sum(b_q * b_k, axis=1)
-            b_Ad += tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
+                b_Ad += tl.where(o_i[:, None] == o_i[None, :], b_diag[:, None], 0.0)
             b_g = load_rows(g, base, t_i, T, H, K, BC, BK, i_k)
             for lvl in tl.static_range(LEVELS):
                 f_row, f_col, pairs = diag_level_sums(b_g, 0, BC, BC, 1 << lvl, READS_PREVIOUS,
@@ -148,25 +146,39 @@ def _intra_A_kernel(q, k, g, u, A, T, H: tl.constexpr, K: tl.constexpr, BT: tl.c
         tl.store(p_A, b_Ad.to(A.dtype.element_ty), mask=m_A)
 
 
+@triton.jit
+def _bonus(b_q, b_k, u, i_h, K: tl.constexpr, BK: tl.constexpr, i_k):
+    """[BT] float32: rwkv6's bonus sum_d q_td u_d k_td over the K-block i_k of loaded rows."""
+    o_d = i_k * BK + tl.arange(0, BK)
+    b_u = tl.load(u + i_h * K + o_d, mask=o_d < K, other=0).to(tl.float32)
+    return tl.sum(b_q * b_u[None, :] * b_k, axis=1)
+
+
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_o_kernel(q, v, g, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+def _fwd_o_kernel(q, k, v, g, u, states, A, o, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                   V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                   BV: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
                   OPERAND_DTYPE: tl.constexpr):
-    """o = scale * ((q * exp(pre)) h_c + A v), one program per (V-block, chunk, b*h)."""
+    """o = scale * ((q * exp(pre)) h_c + A v (+ bonus * v, rwkv6, in fp32)), one program per
+    (V-block, chunk, b*h)."""
     i_v, i_c, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(V, BV), NT)
     base_k, base_v = row * K, row * V
     c0 = i_c * BT
     b_o = tl.zeros([BT, BV], dtype=tl.float32)
+    b_bonus = tl.zeros([BT], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         b_q = load_rows(q, base_k, c0, T, H, K, BT, BK, i_k)
         b_pre, _, _ = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, READS_PREVIOUS, FP32_DOT)
         b_h = load_state(states, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
         b_o += mma(b_q * exp_nonpos(b_pre), b_h, FP32_DOT, OPERAND_DTYPE)
+        if READS_PREVIOUS:
+            b_bonus += _bonus(b_q, load_rows(k, base_k, c0, T, H, K, BT, BK, i_k), u, i_h, K, BK, i_k)
     p_A, m_A = _score_block(A, i_bh, T, c0, 0, BT, BT, BT, False)
     b_A = tl.load(p_A, mask=m_A, other=0)
     b_v = load_rows(v, base_v, c0, T, H, V, BT, BV, i_v)
     b_o += mma(b_A, b_v, FP32_DOT, OPERAND_DTYPE)
+    if READS_PREVIOUS:
+        b_o += b_bonus[:, None] * b_v
     store_rows(o, b_o * scale, base_v, c0, T, H, V, BT, BV, i_v)
 
 
@@ -190,10 +202,12 @@ def _bwd_dA_kernel(do, v, dA, scale, T, H: tl.constexpr, V: tl.constexpr, BT: tl
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_dv_kernel(k, g, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+def _bwd_dv_kernel(q, k, g, u, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
                    V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                   BV: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """dv = scale * A^T do + (k * exp(suf)) dh_c, per (V-block, chunk, b*h).
+                   BV: tl.constexpr, READS_PREVIOUS: tl.constexpr, FP32_DOT: tl.constexpr,
+                   OPERAND_DTYPE: tl.constexpr):
+    """dv = scale * A^T do + (k * exp(suf)) dh_c (+ scale * bonus * do, rwkv6, in fp32), per
+    (V-block, chunk, b*h).
 
     dh_c is the gradient w.r.t. the state leaving chunk c.
     """
@@ -204,11 +218,16 @@ def _bwd_dv_kernel(k, g, A, do, dh, dv, scale, T, NT, H: tl.constexpr, K: tl.con
     b_At = tl.load(p_At, mask=m_At, other=0)
     b_do = load_rows(do, base_v, c0, T, H, V, BT, BV, i_v)
     b_dv = mma(b_At, b_do * scale, FP32_DOT, OPERAND_DTYPE)
+    b_bonus = tl.zeros([BT], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         b_k = load_rows(k, base_k, c0, T, H, K, BT, BK, i_k)
         _, b_suf, _ = chunk_gate_sums(g, base_k, c0, T, H, K, BT, BK, i_k, True, FP32_DOT)
         b_dh = load_state(dh, i_bh * NT + i_c, K, V, BK, BV, i_k, i_v, False)
         b_dv += mma(b_k * exp_nonpos(b_suf), b_dh, FP32_DOT, OPERAND_DTYPE)
+        if READS_PREVIOUS:
+            b_bonus += _bonus(load_rows(q, base_k, c0, T, H, K, BT, BK, i_k), b_k, u, i_h, K, BK, i_k)
+    if READS_PREVIOUS:
+        b_dv += b_bonus[:, None] * (b_do * scale)
     store_rows(dv, b_dv, base_v, c0, T, H, V, BT, BV, i_v)
 
 
@@ -404,14 +423,14 @@ class _Launch(LaunchSizes):
         self.reads_previous = bool(reads_previous)
 
 
-def _intra_scores(L, q, k, g, u):
+def _intra_scores(L, q, k, g):
     """A [B, H, T, BT] (only its lower triangle is meaningful), in the inputs' dtype on a GPU:
     its two readers (`_fwd_o_kernel`, `_bwd_dv_kernel`) round it to their 16-bit operands
     anyway, so o and dv are the same to the bit with half the traffic (`store_dtype`)."""
     A = torch.empty(L.B, L.H, L.T, BT, dtype=store_dtype(q.dtype), device=q.device)
     NC = BT // BC
     launch(_intra_A_kernel, flat_grid(NC + NC * (NC - 1) // 2, L.NT, L.B * L.H),
-        q, k, g, q if u is None else u, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
+        q, k, g, A, L.T, L.H, L.K, BT=BT, BC=BC, BK=L.BK_A,
         READS_PREVIOUS=L.reads_previous, num_warps=INTRA_A["num_warps"], LEVELS=LEVELS, **L.dots)
     return A
 
@@ -442,10 +461,10 @@ def chunk_gated_fwd(q, k, v, g, u, scale, initial_state, reads_previous, chunk_o
     L = _Launch(q, v, reads_previous)
     states, final = _states(L, k, v, g, initial_state, state_dtype=store_dtype(q.dtype),
                             chunk_offsets=chunk_offsets)
-    A = _intra_scores(L, q, k, g, u)
+    A = _intra_scores(L, q, k, g)
     o = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
     launch(_fwd_o_kernel, flat_grid(L.NV_O, L.NT, L.B * L.H),
-        q, v, g, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK,
+        q, k, v, g, q if u is None else u, states, A, o, scale, L.T, L.NT, L.H, L.K, L.V, BT=BT, BK=L.BK,
         BV=L.BV_O, READS_PREVIOUS=L.reads_previous, **TWO_STAGES, **L.dots)
     return o.to(v.dtype), final, A
 
@@ -464,13 +483,14 @@ def chunk_gated_bwd(q, k, v, g, u, scale, initial_state, do, dht, reads_previous
                            need_dh0=initial_state is not None, **L.state_dots,
                            chunk_offsets=chunk_offsets)
     if A is None:
-        A = _intra_scores(L, q, k, g, u)
+        A = _intra_scores(L, q, k, g)
     dA = torch.empty(A.shape, dtype=torch.float32, device=A.device)
     launch(_bwd_dA_kernel, flat_grid(L.NT, L.B * L.H), do, v, dA, scale, L.T, L.H, L.V, BT=BT,
            BV=L.BV, **L.dots)
     dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
-    launch(_bwd_dv_kernel, grid_v, k, g, A, do, dh, dv, scale, L.T, L.NT, L.H, L.K, L.V,
-           BT=BT, BK=L.BK_DV, BV=L.BV_O, **TWO_STAGES, **L.dots)
+    launch(_bwd_dv_kernel, grid_v, q, k, g, q if u is None else u, A, do, dh, dv, scale, L.T, L.NT,
+           L.H, L.K, L.V, BT=BT, BK=L.BK_DV, BV=L.BV_O, READS_PREVIOUS=L.reads_previous,
+           **TWO_STAGES, **L.dots)
     dqs = torch.empty(L.B, L.T, L.H, L.K, dtype=torch.float32, device=q.device)
     dks = torch.empty_like(dqs)
     boundary = torch.empty(L.B, L.H, L.NT, L.K, dtype=torch.float32, device=q.device)
