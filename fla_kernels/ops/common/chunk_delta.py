@@ -236,7 +236,6 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk
     b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
     b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
     b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
-    b_qt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0)
     b_T = load_rows(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
     b_beta = _vec(beta, row, c0, T, H, BT)
