@@ -31,6 +31,9 @@ k_s^T U_s; dg_t is the chunk-local reverse cumsum of dG. The diagonal pairs (Gam
 the last row's write (exp(G_L - G_L) = 1) carry no gate: they add and subtract the same term on
 one row, so they are left out of both sides instead of cancelling to rounding.
 
+The walks and the backward's chunk kernel run unpipelined (num_stages=1): at K = 128 with fp32
+operands, pipelined loads of their many tiles need (nearly) more shared memory than the H100 has.
+
 Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
 (`mma` with float32 operands), the triangular solve in IEEE fp32; fp32 inputs (and the
 interpreter) take IEEE fp32 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned
@@ -359,7 +362,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         vnew = torch.empty(B, T, H, V, **f32) if grads else None
         launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, u, h0, o, ht, states,
                vnew, chunk_offsets, scale, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
-               STORE=grads, VARLEN=chunk_offsets is not None, **modes)
+               STORE=grads, VARLEN=chunk_offsets is not None, num_stages=1, **modes)
         ctx.save_for_backward(q, k, v, beta, g, Ai, w, states, vnew)
         ctx.chunk_offsets = chunk_offsets
         ctx.scale = scale
@@ -388,7 +391,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dh0 = torch.empty(N, H, K, V, **f32) if need_h0 else None
         launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, do, dht, dhs, dvnew,
                dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
-               VARLEN=ctx.chunk_offsets is not None, **modes)
+               VARLEN=ctx.chunk_offsets is not None, num_stages=1, **modes)
 
         dq = torch.empty(q.shape, dtype=store_dtype(q.dtype), device=q.device)
         dk = torch.empty(k.shape, dtype=store_dtype(k.dtype), device=k.device)
@@ -396,7 +399,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
         dg = None if g is None else torch.empty(g.shape, **f32)
         launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew,
-               dq, dk, dv, dbeta, dg, ctx.scale, T, NT, **modes)
+               dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
