@@ -1,8 +1,8 @@
 """Our kernels with one planted bug each, of the kinds an API-surface change brings (a packed
 batch, an option, a narrow head), to show that a sweep fails them on the right row and nowhere
 else (tests/test_planted_kernels.py). The packed ones run each sequence through our plain kernel
-and get the packing wrong around it. The delta-rule ones are a float32 torch loop with the bug
-in its arithmetic (tests/test_delta_rule.py), beside the same loop without it."""
+and get the packing wrong around it. The delta-rule ones are a float32 torch loop (or its WY chunked
+form) with the bug in its arithmetic (tests/test_delta_rule.py), beside the same code without it."""
 from __future__ import annotations
 
 import torch
@@ -127,3 +127,37 @@ def kda_like(q, k, v, g, beta, scale=None, initial_state=None, output_final_stat
 def kda_key_reads_undecayed_state(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     """The delta update's key reads S_{t-1} instead of the decayed diag(exp(g_t)) S_{t-1}."""
     return _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state, decay_first=False)
+
+
+def _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, chunk=8, correct=True):
+    """The delta rule in chunks of `chunk` tokens (the WY form) in float32 torch: with A the
+    strictly lower diag(beta) K K^T and Ti = (I + A)^{-1}, U = Ti beta V - Ti beta K S, o = scale
+    (Q S + tril(Q K^T) U), S' = S + K^T U; correct=False drops - Ti beta K S (U = u alone)."""
+    B, T, H, K = q.shape
+    scale = K ** -0.5 if scale is None else scale
+    q, k, v, beta = (x.float().transpose(1, 2) for x in (q, k, v, beta))
+    S = torch.zeros(B, H, K, v.shape[-1], device=q.device) if initial_state is None else initial_state.float()
+    outs = []
+    for c0 in range(0, T, chunk):
+        qc, kc, vc, bc = (x[:, :, c0:c0 + chunk] for x in (q, k, v, beta))
+        eye = torch.eye(kc.shape[2], device=q.device)
+        A = torch.tril(bc[..., None] * (kc @ kc.transpose(-1, -2)), -1)
+        Ti = torch.linalg.solve_triangular(eye + A, eye.expand_as(A), upper=False)
+        U = Ti @ (bc[..., None] * vc)
+        if correct:
+            U = U - Ti @ (bc[..., None] * kc) @ S
+        outs.append(scale * (qc @ S + torch.tril(qc @ kc.transpose(-1, -2)) @ U))
+        S = S + kc.transpose(-1, -2) @ U
+    return torch.cat(outs, 2).transpose(1, 2).to(v.dtype), S if output_final_state else None
+
+
+def delta_rule_chunks_like(q, k, v, beta, scale=None, initial_state=None, output_final_state=False):
+    """Correct: the float32 WY chunks the planted chunked kernel below breaks."""
+    return _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state)
+
+
+def delta_rule_chunks_without_state_correction(q, k, v, beta, scale=None, initial_state=None,
+                                               output_final_state=False):
+    """Each chunk's corrected values U = u - w h lose their - w h: the state entering a chunk is
+    read by its queries and carried, but its keys' delta correction never sees it."""
+    return _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, correct=False)

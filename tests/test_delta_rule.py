@@ -5,7 +5,7 @@ the loop, gradcheck; tests/test_kernels.py: every kernel against the float64 loo
 The loops are the definition (two steps by hand), the in-call L2 normalisation of q and k is
 upstream's, the kernels take packed batches and a float32 beta beside bf16 inputs, and the
 harness fails planted bugs (a beta gradient without its correction term, a key that reads the
-undecayed state) on the right tensor and passes the same loop without them.
+undecayed state, chunks whose corrected values forget their entering state) on the right tensor and passes the same loop without them.
 """
 import dataclasses
 
@@ -75,13 +75,14 @@ def test_in_call_l2_normalisation(op):
         assert rel(got, want) < 1e-12
 
 
-@pytest.mark.parametrize("op", ["delta_rule", "kda"])
-def test_kernel_with_in_call_l2_normalisation(op):
+@pytest.mark.parametrize("op,variant", [("delta_rule", "fused_recurrent"), ("kda", "fused_recurrent"),
+                                        ("gated_delta_rule", "chunk")])
+def test_kernel_with_in_call_l2_normalisation(op, variant):
     """The kernel with use_qk_l2norm_in_kernel on raw q, k against the reference with it, fp32:
     every output and gradient (dq, dk through the normalisation)."""
     spec = OPS[op].under("use_qk_l2norm_in_kernel")
     x = make_inputs(spec, 1, 12, 2, 16, 8, torch.float32, "normal", True, seed=3)
-    fn = spec.variant_fn("fused_recurrent")
+    fn = spec.variant_fn(variant)
 
     def call(*args, **kw):
         return fn(*args, use_qk_l2norm_in_kernel=True, **kw)
@@ -91,8 +92,10 @@ def test_kernel_with_in_call_l2_normalisation(op):
     assert_matches_reference(spec, run(call, x), run(ref, x, dtype=torch.float64), torch.float32)
 
 
-@pytest.mark.parametrize("op,lengths", [("kda", [1, 20, 66]), ("delta_rule", [5, 11])])
-def test_packed_sequences_equal_each_alone(op, lengths):
+@pytest.mark.parametrize("op,lengths,variant", [("kda", [1, 20, 66], "fused_recurrent"),
+                                               ("delta_rule", [5, 11], "fused_recurrent"),
+                                               ("gated_delta_rule", [1, 20, 70], "chunk")])
+def test_packed_sequences_equal_each_alone(op, lengths, variant):
     """cu_seqlens: every output and gradient equals the float64 loop run sequence by sequence,
     each from its own initial state (one sequence of length 1, one past a 64-token chunk)."""
     spec = OPS[op]
@@ -103,8 +106,7 @@ def test_packed_sequences_equal_each_alone(op, lengths):
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=DEVICE)
     leaves = [t.clone().requires_grad_() for t in x.args()]
     h0_leaf = h0.clone().requires_grad_()
-    o, ht = spec.variant_fn("fused_recurrent")(*leaves, initial_state=h0_leaf, output_final_state=True,
-                                                cu_seqlens=cu)
+    o, ht = spec.variant_fn(variant)(*leaves, initial_state=h0_leaf, output_final_state=True, cu_seqlens=cu)
     torch.autograd.backward([o, ht], [x.do, dht])
     loop = load_function(spec.reference_loop)
     for n, (a, b) in enumerate(zip(cu[:-1].tolist(), cu[1:].tolist())):
@@ -119,7 +121,8 @@ def test_packed_sequences_equal_each_alone(op, lengths):
             assert_close(f"d{s.name} (sequence {n})", leaf.grad[:, a:b], part.grad, REL_TOL[torch.float32])
 
 
-def test_float32_beta_beside_bf16_inputs():
+@pytest.mark.parametrize("variant", ["fused_recurrent", "chunk"])
+def test_float32_beta_beside_bf16_inputs(variant):
     """beta (and g) float32 beside bf16 q, k, v, as layers may compute them: dbeta and dg come
     back float32 and float32-precise, the rest bf16."""
     spec = OPS["gated_delta_rule"]
@@ -127,7 +130,7 @@ def test_float32_beta_beside_bf16_inputs():
     wide = ("g", "beta")
     x = x.replace(**{n: t if n in wide else t.to(torch.bfloat16) for n, t in x.drawn.tensors.items()})
     x.drawn = dataclasses.replace(x.drawn, do=x.drawn.do.to(torch.bfloat16))
-    got = run(spec.variant_fn("fused_recurrent"), x)
+    got = run(spec.variant_fn(variant), x)
     want = reference(spec, x)
     for name in ("dg", "dbeta"):
         assert got[name].dtype == torch.float32
@@ -136,20 +139,27 @@ def test_float32_beta_beside_bf16_inputs():
     assert_close("o", got["o"], want["o"], REL_TOL[torch.bfloat16])
 
 
-def sweep_failures(op, planted, dtype="fp32"):
+def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent"):
     """{(check, tensor)} of the rows of a planted implementation that do not pass, on one case
     with an initial state under strong gates (beta near 0 and 1)."""
     spec = OPS[op]
     case = Case(op=op, dtype=dtype, B=1, T=20, H=2, K=8, V=8, h0="grad", gate="strong", seed=0)
-    impl = Implementation("fused_recurrent", f"tests.planted_kernels:{planted}",
+    impl = Implementation(variant, f"tests.planted_kernels:{planted}",
                           load_function(f"tests.planted_kernels:{planted}"))
     rows = run_case(spec, case, [impl], torch.device(DEVICE), checks=())
     return {(r["check"], r["tensor"]) for r in rows if r["verdict"] != "PASS"}
 
 
-@pytest.mark.parametrize("op,correct", [("delta_rule", "delta_rule_like"), ("kda", "kda_like")])
+@pytest.mark.parametrize("op,correct", [("delta_rule", "delta_rule_like"), ("kda", "kda_like"),
+                                        ("delta_rule", "delta_rule_chunks_like")])
 def test_the_planted_loops_without_their_bugs_pass(op, correct):
     assert sweep_failures(op, correct) == set()
+
+
+def test_chunks_whose_corrected_values_drop_the_entering_state_fail_o():
+    """U = u instead of u - w h: each chunk's corrected values forget the state it starts from."""
+    failed = sweep_failures("delta_rule", "delta_rule_chunks_without_state_correction", variant="chunk")
+    assert {("golden", "o"), ("golden", "ht"), ("golden", "dh0")} <= failed, failed
 
 
 def test_a_beta_gradient_without_its_correction_fails_dbeta_only():

@@ -62,7 +62,7 @@ def test_packed_batches_compile_for_sm90():
     cu_seqlens = torch.tensor([0, 1, 24, 94, 96])
     N = cu_seqlens.numel() - 1
     with recording_launches() as records:
-        for op in ("linear_attn", "simple_gla", "gla", "rwkv6", "gsa"):
+        for op in ("linear_attn", "simple_gla", "gla", "rwkv6", "gsa", "gated_delta_rule"):
             spec = OPS[op]
             for variant in ("chunk", "fused_recurrent"):
                 for dtype in DTYPES:
@@ -78,7 +78,7 @@ def test_packed_batches_compile_for_sm90():
     packed = [r for r in distinct(records) if r["constexprs"].get("VARLEN")]
     assert {r["name"] for r in packed} >= {"_chunk_fwd_h_kernel", "_chunk_bwd_dh_kernel", "_fwd_kernel",
                                            "_bwd_dq_kernel", "_bwd_dkv_kernel", "_bwd_fwd_kernel",
-                                           "_bwd_rev_kernel"}
+                                           "_bwd_rev_kernel", "_fwd_walk_kernel", "_bwd_walk_kernel"}
     failures = [r for r in compile_records(packed) if not r["ok"]]
     assert not failures, "\n\n".join(f"{f['name']} {f['constexprs']}:\n{f['error']}" for f in failures)
 

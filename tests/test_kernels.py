@@ -89,6 +89,14 @@ RECURRENT_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
 ]
 # one kernel set, ops/common/fused_recurrent_delta.py; the gate strength also sets beta's spread
 DELTA_FAMILY = ["delta_rule-fused_recurrent", "gated_delta_rule-fused_recurrent", "kda-fused_recurrent"]
+# one kernel set, ops/common/chunk_delta.py: T across the 64-token chunks
+DELTA_CHUNKED = ["delta_rule-chunk", "gated_delta_rule-chunk"]
+DELTA_CHUNK_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
+    (FP32, "strong", 1, CHUNK + 1, 2, 16, 8, True, True),     # two chunks, beta near 0 and 1
+    (FP32, "normal", 2, 1, 1, 12, 40, False, True),           # a decode step, two V-blocks, K not a power of 2
+    (FP32, "normal", 1, 2 * CHUNK + 2, 1, 16, 16, True, True),   # three chunks
+    (BF16, "normal", 1, 2 * CHUNK + 2, 1, 16, 16, True, True),
+]
 DELTA_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
     (FP32, "strong", 1, CHUNK + 1, 1, 16, 8, True, True),     # two chunks of the gate sums
     (FP32, "normal", 2, 1, 2, 12, 40, False, True),           # a decode step, two V-blocks, K not a power of 2
@@ -120,6 +128,7 @@ REFERENCE_CASES = [
     *grid(CHUNKED_LINEAR, [FP16], ["normal"], [(1, 65, 2, 32, 24, True, True)]),
     *listed(RECURRENT_FAMILY[:2], RECURRENT_CASES),
     *listed(DELTA_FAMILY, DELTA_CASES),
+    *listed(DELTA_CHUNKED, DELTA_CHUNK_CASES),
     # the gate strength means nothing without a gate: linear attention runs the normal-gate cases
     *listed(["linear_attn-fused_recurrent"], [case for case in RECURRENT_CASES if case[1] == "normal"]),
     *listed(["rwkv6-fused_recurrent"], [
@@ -177,6 +186,7 @@ UNCHANGED = [
     (["rwkv6-fused_recurrent"], Draw(1, CHUNK + 1, 1, 16, 16, BF16, "strong", 4)),
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 40, 1, 16, 16, BF16, "strong", 4, M=16)),
     (DELTA_FAMILY, Draw(1, 12, 1, 16, 16, BF16, "strong", 4)),
+    (DELTA_CHUNKED, Draw(1, 70, 1, 16, 16, BF16, "strong", 4)),
 ]
 
 
@@ -198,6 +208,7 @@ STRIDED = [   # inputs, scale (None: the kernel's default)
     (["rwkv6-fused_recurrent"], Draw(1, 20, 2, 16, 16, FP32, "normal", 1), 0.3),
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 20, 2, 16, 8, FP32, "normal", 1, M=16), 0.3),
     (DELTA_FAMILY, Draw(1, 12, 2, 16, 8, FP32, "normal", 3), 0.3),
+    (DELTA_CHUNKED, Draw(1, 70, 2, 16, 8, FP32, "normal", 3), 0.3),
 ]
 
 
@@ -231,6 +242,7 @@ SEGMENTS = [   # inputs, where T is cut, scale
     (["simple_gla-chunk", *CHUNKED_LINEAR], Draw(1, 90, 2, 16, 8, FP32, "normal", 3), [37], 0.3),
     (["rwkv6-fused_recurrent"], Draw(1, 50, 1, 16, 8, FP32, "normal", 3), [23], None),
     (["gsa-fused_recurrent", "gsa-chunk"], Draw(1, 36, 1, 16, 8, FP32, "normal", 3, M=16), [17], None),
+    (DELTA_CHUNKED, Draw(1, 90, 1, 16, 8, FP32, "normal", 3), [37], 0.3),
 ]
 
 
@@ -265,6 +277,8 @@ GRADIENT_SUBSETS = [   # inputs, [(the gradients asked for, what the loss uses, 
     # normal gates (dh0 under strong decay is below float32's range), strong beta for delta_rule
     (DELTA_FAMILY[1:], Draw(1, 12, 1, 16, 8, FP32, "normal", 2), [(("g", "h0"), "ht", True), (("beta",), "o", True)]),
     (DELTA_FAMILY[:1], Draw(1, 12, 1, 16, 8, FP32, "strong", 2), [(("all",), "ht", True), (("k",), "both", False)]),
+    (DELTA_CHUNKED[1:], Draw(1, 70, 1, 16, 8, FP32, "normal", 2), [(("g", "h0"), "ht", True), (("beta",), "o", True)]),
+    (DELTA_CHUNKED[:1], Draw(1, 70, 1, 16, 8, FP32, "strong", 2), [(("all",), "ht", True), (("k",), "both", False)]),
 ]
 
 
@@ -304,8 +318,8 @@ BAD_ARGUMENTS = [   # the inputs come with an initial state (and ask for the fin
     (["rwkv6-fused_recurrent"], False, ["v_time", "u_one_head", "k_fp16", "state_wrong_shape", "w_ndim"]),
     (["gsa-fused_recurrent", "gsa-chunk"], False, ["v_time", "s_narrow", "g_narrow", "k_fp16", "hk_narrow",
                                                    "hv_transposed", "state_not_pair", "q_ndim", "empty"]),
-    (DELTA_FAMILY, True, ["beta_time", "beta_extra_dim", "k_fp16", "h0_transposed", "empty"]),
-    (DELTA_FAMILY[1:], False, ["g_time", "beta_fp16"]),
+    (DELTA_FAMILY + DELTA_CHUNKED, True, ["beta_time", "beta_extra_dim", "k_fp16", "h0_transposed", "empty"]),
+    (DELTA_FAMILY[1:] + DELTA_CHUNKED[1:], False, ["g_time", "beta_fp16"]),
 ]
 ONE_INPUT = {   # "<input>_<how>": that input made so
     "time": lambda t: t[:, :5],                 # fewer steps than the others
@@ -359,6 +373,8 @@ VARIANTS_AGREE = {   # op: inputs, scale
     "gsa": (Draw(1, 40, 1, 16, 16, FP32, "normal", 6, M=32), None),
     "linear_attn": (Draw(1, 71, 1, 16, 16, FP32, "normal", 5), 0.4),
     "simple_gla": (Draw(1, 71, 1, 16, 16, FP32, "normal", 5), 0.4),
+    "delta_rule": (Draw(1, 71, 1, 16, 16, FP32, "normal", 5), 0.4),
+    "gated_delta_rule": (Draw(1, 71, 1, 16, 16, FP32, "normal", 5), 0.4),
 }
 
 

@@ -18,7 +18,7 @@ OP = OpSpec(
     name="delta_rule",
     description="S_t = (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t; o_t = scale q_t S_t",
     inputs=UNIT_QK + (V, BETA),
-    variants=kernels("delta_rule", "fused_recurrent"),
-    upstream=fla("delta_rule", "fused_recurrent"),
+    variants=kernels("delta_rule", "chunk", "fused_recurrent"),
+    upstream=fla("delta_rule", "chunk", "fused_recurrent"),
     options=OPTIONS,
 )

@@ -7,9 +7,11 @@ OP = OpSpec(
     name="gated_delta_rule",
     description="S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t; o_t = scale q_t S_t",
     inputs=UNIT_QK + (V, InputSpec("g", ("B", "T", "H"), kind="gate"), BETA),
-    variants=kernels("gated_delta_rule", "fused_recurrent"),
-    # fla's fused_recurrent_gated_delta_rule takes gk and gv between g and beta: an adapter
-    # passes beta by keyword
-    upstream={"fla": {"fused_recurrent": "harness.upstream:fla_fused_recurrent_gated_delta_rule"}},
+    variants=kernels("gated_delta_rule", "chunk", "fused_recurrent"),
+    # fla's chunk_gated_delta_rule takes (q, k, v, g, beta) as ours does; its
+    # fused_recurrent_gated_delta_rule takes gk and gv between g and beta: an adapter passes beta
+    # by keyword
+    upstream={"fla": {"chunk": "fla.ops.gated_delta_rule:chunk_gated_delta_rule",
+                      "fused_recurrent": "harness.upstream:fla_fused_recurrent_gated_delta_rule"}},
     options=OPTIONS,
 )

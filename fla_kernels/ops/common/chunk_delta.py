@@ -1,0 +1,419 @@
+"""Chunked kernels of the delta rule (the WY form), without a gate (delta_rule) or with one log
+decay per head and step (gated_delta_rule).
+
+Per (batch, head), state S [K, V]: S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t,
+o_t = scale q_t S_t (g = 0 without a gate). Inside a chunk of BT = 64 rows with h the state
+entering it, G the inclusive chunk-local cumulative log gate (float64, so differences keep float32
+precision), Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last row:
+    A  = strictly_lower(diag(beta) (Gamma * K K^T)),   Ti = (I + A)^{-1}
+    w  = Ti diag(beta exp(G)) K,   u = Ti diag(beta) V,   U = u - w h   (the corrected values)
+    o  = scale (diag(exp(G)) Q h + (Gamma * Q K^T) U)
+    h' = exp(G_L) h + (diag(exp(G_L - G)) K)^T U
+Ti comes from `unit_lower_inverse`: rows substituted inside 16-row diagonal blocks, then blocks
+merged pairwise. Only the state walks cross chunks; everything else is one program per chunk.
+
+Forward:  `_prepare_kernel` (Ti, w, u per chunk) -> `_fwd_walk_kernel` (per V-block: U, o, the
+          states entering each chunk, the final state).
+Backward: `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
+          chunk: dU = scale (Gamma * Q K^T)^T do + diag(exp(G_L - G)) K dh, then
+          dh <- exp(G_L) dh + scale (diag(exp(G)) Q)^T do - w^T dU (dh0 after the first chunk).
+          `_bwd_chunk_kernel` then takes, per chunk, every input gradient from dU and dh:
+          dw = -dU h^T; through w = Ti Y and u = Ti X (Y = diag(beta exp(G)) K, X = diag(beta) V)
+          dY = Ti^T dw, dX = Ti^T dU, dTi = dw Y^T + dU X^T; dA = -Ti^T dTi Ti^T (strictly lower);
+          and the products of q and k with the states and with each other.
+Products whose transpose is needed are formed transposed from transposed loads (no `tl.trans`
+of a dot's result: one such product was miscompiled on Hopper, see DESIGN.md).
+
+The gate gradient. dG_t, the gradient of the cumulative gate G_t, gathers every exp(G) factor:
+exp(G_t) of the state read by q_t and of Y_t, the pair factors Gamma_ts of Q K^T and of A
+(+ on row t, - on column s), exp(G_L) of the carried state and exp(G_L - G_s) of the write
+k_s^T U_s; dg_t is the chunk-local reverse cumsum of dG. The diagonal pairs (Gamma_tt = 1) and
+the last row's write (exp(G_L - G_L) = 1) carry no gate: they add and subtract the same term on
+one row, so they are left out of both sides instead of cancelling to rounding.
+
+The walks and the backward's chunk kernel run unpipelined (num_stages=1): at K = 128 with fp32
+operands, pipelined loads of their many tiles need (nearly) more shared memory than the H100 has.
+
+Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
+(`mma` with float32 operands), the triangular solve in IEEE fp32; fp32 inputs (and the
+interpreter) take IEEE fp32 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned
+row (ops/common/varlen.py): the walks take its sequences' chunk offsets.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.autograd import needed
+from fla_kernels.ops.common.chunk_state import chunk_cumgate
+from fla_kernels.ops.common.dot import add_rounded, mma
+from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
+from fla_kernels.ops.common.tiles import (flat_program, initial_block, load_rows, load_rows_t,
+                                          load_state, store_rows, store_state)
+from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
+from fla_kernels.precision import product_settings, store_dtype
+
+CHUNK = 64   # tokens per chunk; `unit_lower_inverse` merges 16-row blocks up to it
+
+
+@triton.jit
+def unit_lower_inverse(b_A, BT: tl.constexpr):
+    """(I + A)^{-1} [BT, BT] float32 for A strictly lower triangular (BT = 64), in IEEE fp32.
+
+    Inside each diagonal block of 16 rows, row i of the inverse is e_i - sum_{j < i} A_ij Ti_j:
+    the rows of all blocks are substituted together, one row per step. Two diagonal blocks D1,
+    D2 of the inverse then merge into [[D1, 0], [-D2 A21 D1, D2]], i.e. Ti - Ti A_off Ti with
+    A_off the block A21: at 16 and at 32 rows."""
+    o = tl.arange(0, BT)
+    r, c = o[:, None], o[None, :]
+    b_Ad = tl.where((r // 16) == (c // 16), b_A, 0.0)
+    b_T = tl.where(r == c, 1.0, 0.0)
+    for i in range(1, 16):
+        step = mma(b_Ad, b_T, True, tl.float32)
+        b_T -= tl.where((r % 16) == i, step, 0.0)
+    b_T = _merge(b_T, b_A, r, c, 16)
+    b_T = _merge(b_T, b_A, r, c, 32)
+    return b_T
+
+
+@triton.jit
+def _merge(b_T, b_A, r, c, S: tl.constexpr):
+    """The inverse of blocks of 2S rows from that of blocks of S rows (`unit_lower_inverse`)."""
+    off = ((r // (2 * S)) == (c // (2 * S))) & ((r & S) != 0) & ((c & S) == 0)
+    part = mma(b_T, tl.where(off, b_A, 0.0), True, tl.float32)
+    return b_T - mma(part, b_T, True, tl.float32)
+
+
+@triton.jit
+def _vec(x, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """[BT] float32 of x [B, T, H] at rows c0.. of the program's (batch, head) (zero past T)."""
+    t = c0 + tl.arange(0, BT)
+    return tl.load(x + row + t.to(tl.int64) * H, mask=t < T, other=0).to(tl.float32)
+
+
+@triton.jit
+def _store_vec(x, val, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """Store [BT] into x [B, T, H] at rows c0.. of the program's (batch, head), in x's dtype."""
+    t = c0 + tl.arange(0, BT)
+    tl.store(x + row + t.to(tl.int64) * H, val.to(x.dtype.element_ty), mask=t < T)
+
+
+@triton.jit
+def _gates(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr, GATED: tl.constexpr):
+    """(eG, eLG [BT], eL, Gamma, Gamma^T [BT, BT]) float32 of the chunk at c0: exp(G), exp(G_L - G),
+    exp(G_L) and the pair decays exp(G_t - G_s) for s <= t (zero above the diagonal), from the
+    float64 chunk-local cumsum; ones (on and below the diagonal) without GATED."""
+    o = tl.arange(0, BT)
+    lower = o[:, None] >= o[None, :]
+    if GATED:
+        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        eG = tl.exp(b_G.to(tl.float32))
+        eLG = tl.exp((b_GL - b_G).to(tl.float32))
+        eL = tl.exp(b_GL.to(tl.float32))
+        diff = (b_G[:, None] - b_G[None, :]).to(tl.float32)
+        gam = tl.where(lower, tl.exp(tl.minimum(diff, 0.0)), 0.0)
+        gam_t = tl.where(o[:, None] <= o[None, :], tl.exp(tl.minimum(-diff, 0.0)), 0.0)
+    else:
+        eG = tl.full([BT], 1.0, tl.float32)
+        eLG = eG
+        eL = 1.0
+        gam = tl.where(lower, 1.0, 0.0)
+        gam_t = tl.where(o[:, None] <= o[None, :], 1.0, 0.0)
+    return eG, eLG, eL, gam, gam_t
+
+
+@triton.jit
+def _chunk_program(T, H: tl.constexpr, BT: tl.constexpr):
+    """(i_c, i_b, i_h, row) of a per-chunk program on flat_grid(NT, B * H): its chunk, batch,
+    head and row = i_b * T * H + i_h, the first row of (i_b, i_h) in a [B, T, H, D] tensor."""
+    i_c, _, i_bh = flat_program(tl.cdiv(T, BT), 1)
+    i_b, i_h = i_bh // H, i_bh % H
+    return i_c, i_b, i_h, i_b * T * H + i_h
+
+
+@triton.jit
+def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+                  VARLEN: tl.constexpr):
+    """(i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi) of a walk's program on flat_grid(V-blocks,
+    B * H) or, with VARLEN, flat_grid(V-blocks, N * H) (`sequence_walk`)."""
+    i_v, _, i_bh = flat_program(tl.cdiv(V, BV), 1)
+    i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
+    return i_v, i_bh, i_b, i_h, i_b * T * H + i_h, i_row, c_lo, c_hi
+
+
+@triton.jit(do_not_specialize=["T"])
+def _prepare_kernel(k, v, beta, g, Ai, w, u, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
+                    STORE_AI: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per chunk: Ti [B, T, H, BT] (when STORE_AI), w [B, T, H, K] and u [B, T, H, V], float32."""
+    i_c, i_b, i_h, row = _chunk_program(T, H, BT)
+    c0 = i_c * BT
+    b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
+    b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
+    b_beta = _vec(beta, row, c0, T, H, BT)
+    eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+    o = tl.arange(0, BT)
+    b_A = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE) * gam * b_beta[:, None]
+    b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_A, 0.0), BT)
+    if STORE_AI:
+        store_rows(Ai, b_T, row * BT, c0, T, H, BT, BT, BT, 0)
+    b_w = mma(b_T, b_k * (b_beta * eG)[:, None], FP32_DOT, tl.float32)
+    store_rows(w, b_w, row * K, c0, T, H, K, BT, BK, 0)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
+        store_rows(u, mma(b_T, b_v * b_beta[:, None], FP32_DOT, tl.float32), row * V, c0, T, H, V,
+                   BT, BV, i_v)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _fwd_walk_kernel(q, k, g, w, u, h0, o, ht, states, vnew, chunk_offsets, scale, T, NT,
+                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, USE_H0: tl.constexpr,
+                     STORE_HT: tl.constexpr, STORE: tl.constexpr, VARLEN: tl.constexpr,
+                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per V-block, chunk after chunk: o [B, T, H, V]; ht [N, H, K, V] float32 when STORE_HT; when
+    STORE, the states entering each chunk [B, H, NT, K, V] and U [B, T, H, V], float32."""
+    i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
+    b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
+    for i_c in range(c_lo, c_hi):
+        c0 = i_c * BT
+        if STORE:
+            store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
+        eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+        b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
+        b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
+        b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
+        b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
+        b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
+        if STORE:
+            store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
+        b_s = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE) * gam
+        b_o = mma(b_q * eG[:, None], b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)
+        store_rows(o, b_o * scale, row * V, c0, T, H, V, BT, BV, i_v)
+        b_h = add_rounded(b_h * eL, mma(b_kt * eLG[None, :], b_U, FP32_DOT, tl.float32))
+    if STORE_HT:
+        store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_walk_kernel(q, k, g, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
+                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, USE_DHT: tl.constexpr,
+                     STORE_DH0: tl.constexpr, VARLEN: tl.constexpr, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
+    """Per V-block, chunk after chunk backwards: dhs [B, H, NT, K, V], the gradient of the state
+    leaving each chunk; dU [B, T, H, V]; dh0 [N, H, K, V] when STORE_DH0; all float32."""
+    i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
+    b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
+    for i_r in range(c_hi - c_lo):
+        i_c = c_hi - 1 - i_r
+        c0 = i_c * BT
+        store_state(dhs, i_row * NT + i_c, b_dh, K, V, BK, BV, 0, i_v, False)
+        eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
+        b_qt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0)
+        b_wt = load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0)
+        b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
+        b_st = mma(b_k, b_qt, FP32_DOT, OPERAND_DTYPE) * gam_t * scale
+        b_dU = mma(b_st, b_do, FP32_DOT, tl.float32) + mma(b_k * eLG[:, None], b_dh, FP32_DOT, tl.float32)
+        store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dh = b_dh * eL + mma(b_qt * (eG * scale)[None, :], b_do, FP32_DOT, tl.float32)
+        b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
+    if STORE_DH0:
+        store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk, dv, dbeta, dg,
+                      scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
+                      FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per chunk: dq, dk [B, T, H, K], dv [B, T, H, V], dbeta and (GATED) dg [B, T, H]."""
+    i_c, i_b, i_h, row = _chunk_program(T, H, BT)
+    c0 = i_c * BT
+    index = (i_b * H + i_h) * NT + i_c
+    o = tl.arange(0, BT)
+    strict, strict_t = o[:, None] > o[None, :], o[:, None] < o[None, :]
+    last = tl.minimum(T - c0, BT) - 1
+    b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
+    b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
+    b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
+    b_T = load_rows(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
+    b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
+    b_beta = _vec(beta, row, c0, T, H, BT)
+    eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+
+    b_dqh = tl.zeros([BT, BK], dtype=tl.float32)    # do h^T
+    b_dkh = tl.zeros([BT, BK], dtype=tl.float32)    # U dh^T
+    b_dw = tl.zeros([BT, BK], dtype=tl.float32)     # -dU h^T
+    b_dwt = tl.zeros([BK, BT], dtype=tl.float32)    # its transpose
+    b_ds = tl.zeros([BT, BT], dtype=tl.float32)     # do U^T
+    b_dst = tl.zeros([BT, BT], dtype=tl.float32)    # U do^T
+    b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU X^T
+    b_dTt = tl.zeros([BT, BT], dtype=tl.float32)    # X dU^T
+    b_dbeta = tl.zeros([BT], dtype=tl.float32)
+    b_bound = tl.zeros([BK], dtype=tl.float32)      # sum over V of h * dh
+    for i_v in range(tl.cdiv(V, BV)):
+        b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
+        b_ht = load_state(states, index, K, V, BK, BV, 0, i_v, True)
+        b_dht = load_state(dhs, index, K, V, BK, BV, 0, i_v, True)
+        b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dot = load_rows_t(do, row * V, c0, T, H, V, BT, BV, i_v)
+        b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_Ut = load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dUt = load_rows_t(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
+        b_vt = load_rows_t(v, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dqh += mma(b_do, b_ht, FP32_DOT, tl.float32)
+        b_dkh += mma(b_U, b_dht, FP32_DOT, tl.float32)
+        b_dw -= mma(b_dU, b_ht, FP32_DOT, tl.float32)
+        b_dwt -= mma(b_h, b_dUt, FP32_DOT, tl.float32)
+        b_ds += mma(b_do, b_Ut, FP32_DOT, tl.float32)
+        b_dst += mma(b_U, b_dot, FP32_DOT, tl.float32)
+        b_dT += mma(b_dU, b_vt * b_beta[None, :], FP32_DOT, tl.float32)
+        b_dTt += mma(b_v * b_beta[:, None], b_dUt, FP32_DOT, tl.float32)
+        b_dX = mma(b_Tt, b_dU, FP32_DOT, tl.float32)
+        store_rows(dv, b_dX * b_beta[:, None], row * V, c0, T, H, V, BT, BV, i_v)
+        b_dbeta += tl.sum(b_dX * b_v, axis=1)
+        b_bound += tl.sum(b_ht * b_dht, axis=0)
+
+    # the state read by q: o += scale exp(G) q h
+    b_dq = b_dqh * (eG * scale)[:, None]
+    b_dG = tl.sum(b_dq * b_q, axis=1)
+    # the pairs of o: scale Gamma * (Q K^T), read by U
+    b_qk = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE)
+    b_dqk = b_ds * gam * scale
+    b_dq += mma(b_dqk, b_k, FP32_DOT, tl.float32)
+    b_dk = mma(b_dst * gam_t * scale, b_q, FP32_DOT, tl.float32)
+    b_z = tl.where(strict, b_dqk * b_qk, 0.0)
+    b_dG += tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+    # the write into the leaving state: exp(G_L - G_s) k_s^T U_s, and exp(G_L) h
+    b_dk += b_dkh * eLG[:, None]
+    b_y = tl.where(o < last, tl.sum(b_dkh * b_k, axis=1) * eLG, 0.0)
+    b_dG += tl.where(o == last, tl.sum(b_y, axis=0) + eL * tl.sum(b_bound, axis=0), 0.0) - b_y
+    # w = Ti Y with Y = diag(beta exp(G)) K
+    b_bG = b_beta * eG
+    b_dY = mma(b_Tt, b_dw, FP32_DOT, tl.float32)
+    b_dk += b_dY * b_bG[:, None]
+    b_kdY = tl.sum(b_dY * b_k, axis=1) * eG
+    b_dbeta += b_kdY
+    b_dG += b_kdY * b_beta
+    b_dT += mma(b_dw, b_kt * b_bG[None, :], FP32_DOT, tl.float32)
+    b_dTt += mma(b_k * b_bG[:, None], b_dwt, FP32_DOT, tl.float32)
+    # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) Gamma * K K^T)
+    b_dA = -mma(mma(b_Tt, b_dT, FP32_DOT, tl.float32), b_Tt, FP32_DOT, tl.float32)
+    b_dA = tl.where(strict, b_dA, 0.0)
+    b_dAt = -mma(mma(b_T, b_dTt, FP32_DOT, tl.float32), b_T, FP32_DOT, tl.float32)
+    b_dAt = tl.where(strict_t, b_dAt, 0.0)
+    b_kk = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE)
+    b_r = b_dA * b_kk * gam
+    b_dbeta += tl.sum(b_r, axis=1)
+    b_r = b_r * b_beta[:, None]
+    b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
+    b_dk += mma(b_dA * gam * b_beta[:, None], b_k, FP32_DOT, tl.float32)
+    b_dk += mma(b_dAt * gam_t * b_beta[None, :], b_k, FP32_DOT, tl.float32)
+
+    store_rows(dq, b_dq, row * K, c0, T, H, K, BT, BK, 0)
+    store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, 0)
+    _store_vec(dbeta, b_dbeta, row, c0, T, H, BT)
+    if GATED:
+        _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
+
+
+def _blocks(K, V):
+    """(BK, BV, num_warps): all of K in one block (at least 16, a dot's smallest), V in blocks of
+    at most 32."""
+    BK = max(16, triton.next_power_of_2(K))
+    BV = min(max(16, triton.next_power_of_2(V)), 32)
+    return BK, BV, (8 if BK >= 128 else 4)
+
+
+class ChunkDeltaFunction(torch.autograd.Function):
+    """Autograd wrapper around the four chunked kernels.
+
+    g: None (delta_rule; its gradient is None) or [B, T, H] (gated_delta_rule). chunk_offsets:
+    None, or those of a packed batch's sequences on its aligned row (B = 1, ops/common/varlen.py):
+    initial and final state [N, H, K, V].
+    """
+
+    @staticmethod
+    @compiles_ahead
+    def forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
+        q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+        g = None if g is None else g.contiguous()
+        h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        N, NT = state_count(B, chunk_offsets), triton.cdiv(T, CHUNK)
+        BK, BV, num_warps = _blocks(K, V)
+        grads = any(ctx.needs_input_grad[:7])
+        f32 = dict(dtype=torch.float32, device=q.device)
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, num_warps=num_warps,
+                     **product_settings(q.dtype))
+        Ai = torch.empty(B, T, H, CHUNK, **f32) if grads else None
+        w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
+        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, Ai, w, u, T, STORE_AI=grads, **modes)
+
+        o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
+        ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
+        states = torch.empty(B, H, NT, K, V, **f32) if grads else None
+        vnew = torch.empty(B, T, H, V, **f32) if grads else None
+        launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, u, h0, o, ht, states,
+               vnew, chunk_offsets, scale, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
+               STORE=grads, VARLEN=chunk_offsets is not None, num_stages=1, **modes)
+        ctx.save_for_backward(q, k, v, beta, g, Ai, w, states, vnew)
+        ctx.chunk_offsets = chunk_offsets
+        ctx.scale = scale
+        ctx.output_final_state = output_final_state
+        ctx.h0_dtype = None if initial_state is None else initial_state.dtype
+        ctx.set_materialize_grads(False)
+        return o.to(v.dtype), ht
+
+    @staticmethod
+    @compiles_ahead
+    def backward(ctx, do, dht):
+        q, k, v, beta, g, Ai, w, states, vnew = ctx.saved_tensors
+        need_h0 = ctx.needs_input_grad[6] and ctx.h0_dtype is not None
+        B, T, H, K = q.shape
+        V = v.shape[-1]
+        N, NT = state_count(B, ctx.chunk_offsets), triton.cdiv(T, CHUNK)
+        BK, BV, num_warps = _blocks(K, V)
+        f32 = dict(dtype=torch.float32, device=q.device)
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, num_warps=num_warps,
+                     **product_settings(q.dtype))
+        do = torch.zeros_like(v) if do is None else do.contiguous()
+        dht = dht.to(torch.float32).contiguous() if (dht is not None and ctx.output_final_state) else None
+
+        dhs = torch.empty(B, H, NT, K, V, **f32)
+        dvnew = torch.empty(B, T, H, V, **f32)
+        dh0 = torch.empty(N, H, K, V, **f32) if need_h0 else None
+        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, do, dht, dhs, dvnew,
+               dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
+               VARLEN=ctx.chunk_offsets is not None, num_stages=1, **modes)
+
+        dq = torch.empty(q.shape, dtype=store_dtype(q.dtype), device=q.device)
+        dk = torch.empty(k.shape, dtype=store_dtype(k.dtype), device=k.device)
+        dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
+        dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
+        dg = None if g is None else torch.empty(g.shape, **f32)
+        launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew,
+               dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
+        return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
+                      None if g is None else dg.to(g.dtype), None,
+                      dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
+
+
+def chunk_delta(q, k, v, beta, g, scale, initial_state, output_final_state, cu_seqlens=None):
+    """The shared launcher; the public functions check their arguments and call this.
+
+    g: None or [B, T, H]. cu_seqlens: None, or a packed batch's checked sequence starts (host
+    ints, `check_inputs`'s sizes["cu_seqlens"]), run on its aligned row (ops/common/varlen.py).
+    """
+    if g is not None and g.dim() == 4:
+        raise NotImplementedError("chunked kernels with a gate per key channel (kda) are not built yet")
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    packing = None if cu_seqlens is None else Packing(cu_seqlens, CHUNK, q.device)
+    return apply_packed(ChunkDeltaFunction, packing, (q, k, v, beta, g), (True,) * 5,
+                        scale, initial_state, bool(output_final_state))

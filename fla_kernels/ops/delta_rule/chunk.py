@@ -1,0 +1,22 @@
+"""The delta rule in chunks (the WY form): S_t = (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t,
+o_t = scale q_t S_t (kernels in fla_kernels/ops/common/chunk_delta.py)."""
+from __future__ import annotations
+
+from fla_kernels.ops.common.chunk_delta import chunk_delta
+from fla_kernels.ops.common.delta_call import delta_call
+
+
+def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final_state=False,
+                     use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """The delta rule, chunk by chunk; arguments and results as `fused_recurrent_delta_rule`'s.
+
+    q, k: [B, T, H, K] (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
+    here); v: [B, T, H, V]; beta: [B, T, H], the step size in (0, 1). One dtype (fp32, fp16 or
+    bf16), but beta may be float32 beside 16-bit q, k, v. initial_state: [B, H, K, V] float32 or
+    None. scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, final state
+    [B, H, K, V] float32 or None); differentiable in every tensor. cu_seqlens: None, or int32 /
+    int64 [N + 1], the cumulative starts of N sequences packed along T (B = 1), each run on its
+    own: initial and final state [N, H, K, V].
+    """
+    return delta_call(chunk_delta, "chunk_delta_rule", q, k, v, beta, None, None, scale,
+                      initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)
