@@ -161,19 +161,26 @@ def baseline_machines(directory: Path, device_class: str) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def machine_of(rows) -> dict:
+    """The machine results were made on, as their rows record it (device, torch, triton): for
+    `--results`, which may come from another machine than the one reading them."""
+    return {column: ", ".join(sorted(map(str, rows[column].dropna().unique())))
+            for column in ("device", "torch", "triton") if column in rows}
+
+
 def _machine_text(machine: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in machine.items())
 
 
 def gate_meta(selection, device_class_name: str, baseline_dir: Path, out: Path, crashed,
-              machine: dict) -> dict:
+              machine: dict, label: str = "this machine") -> dict:
     meta = {"device class": device_class_name, "ops": selection.describe(),
             "baseline": str(Path(baseline_dir) / device_class_name), "results": str(out)}
     recorded = baseline_machines(baseline_dir, device_class_name)
     for op in selection.ops:
         if op in recorded and recorded[op] != machine:
             meta[f"baseline machine ({op})"] = _machine_text(recorded[op])
-    meta["this machine"] = _machine_text(machine)
+    meta[label] = _machine_text(machine)
     if crashed:
         meta["sweeps that did not finish"] = ", ".join(f"{op} (exit {code})" for op, code in crashed)
     return meta
@@ -244,14 +251,16 @@ def run_gate(args, plan_check, echo=print) -> int:
         finished = run_sweeps(selection.ops, suite, out, args.impl, args.jobs, cache_args, echo)
         crashed = [(op, code) for op, _, code in finished if code not in (0, 1)]
         candidate = read_results([p for _, p, _ in finished if p.exists()])
+    made_on = machine() if given is None else machine_of(candidate)
     if args.update_baseline:
-        written = write_baseline(candidate, directory, klass, machine())
+        written = write_baseline(candidate, directory, klass, made_on)
         bad = candidate["verdict"].isin(["FAIL", "ERROR"])
         echo(f"baseline written: {', '.join(map(str, written))} ({len(candidate)} rows, "
              f"{int(bad.sum())} FAIL or ERROR)")
         return 1 if bad.any() or crashed else 0
     table = compare_runs(candidate, read_results(list(baselines.values())), *settings)
-    meta = gate_meta(selection, klass, directory, out, crashed, machine())
+    meta = gate_meta(selection, klass, directory, out, crashed, made_on,
+                     "this machine" if given is None else "the results' machine")
     markdown = render_compare_markdown(table, meta)
     for folder in (summary_path.parent, out):
         folder.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,23 @@ def test_finished_results_with_a_missing_row_fail_as_disappeared(gate_dir, tmp_p
     assert "disappeared" in summary and "| du |" in summary
 
 
+def test_a_baseline_written_from_results_records_the_machine_they_were_made_on(gate_dir, tmp_path):
+    rows = pd.read_csv(gate_dir / "first" / "rwkv6" / "results.csv", dtype=str, keep_default_na=False)
+    rows["device"], rows["torch"], rows["triton"] = "NVIDIA H100 80GB HBM3", "2.11.0+cu130", "3.6.0"
+    given = tmp_path / "h100.csv"
+    rows.to_csv(given, index=False)
+    folder = tmp_path / "baselines"
+    folder.mkdir()
+    config = json.loads((gate_dir / "gate.json").read_text())
+    (folder / "gate.json").write_text(json.dumps({**config, "suites": {"h100": SUITE}}))
+    code = main(["gate", "--baseline-dir", str(folder), "--device-class", "h100", "--update-baseline",
+                 "--results", str(given), "--out", str(tmp_path / "run")])
+    assert code == 0
+    machines = json.loads((folder / "h100" / "machines.json").read_text())
+    assert machines == {"rwkv6": {"device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130",
+                                  "triton": "3.6.0"}}
+
+
 def test_a_change_that_moves_no_number_gates_nothing(gate_dir, tmp_path):
     code, summary = gate(gate_dir, tmp_path, "--changed-files", "README.md", "tests/test_gsa.py")
     assert code == 0
@@ -162,7 +179,8 @@ def test_the_baseline_records_the_machine_and_the_summary_shows_it(gate_dir, tmp
     code, summary = gate(other, tmp_path, "--op", "rwkv6", "--results",
                          str(gate_dir / "first" / "rwkv6" / "results.csv"))
     assert code == 0
-    assert "baseline machine (rwkv6): cpu Another CPU" in summary and "this machine: cpu " in summary
+    assert "baseline machine (rwkv6): cpu Another CPU" in summary
+    assert "the results' machine: device cpu (triton interpreter), torch " in summary
 
 
 def test_an_earlier_gate_run_is_kept_unless_forced(gate_dir, tmp_path, capsys):
