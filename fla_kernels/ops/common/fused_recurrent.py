@@ -85,7 +85,7 @@ def _decay(p_g, m_k, GATE: tl.constexpr):
 
 
 @triton.jit
-def _token_program(chunk_offsets, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+def token_program(chunk_offsets, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, VARLEN: tl.constexpr):
     """(i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v) of a program on the grid
     flat_grid(V-blocks, B * H), or flat_grid(V-blocks, N * H) with VARLEN (i_bh = n*H + h): its
@@ -100,7 +100,7 @@ def _token_program(chunk_offsets, NT, H: tl.constexpr, K: tl.constexpr, V: tl.co
 
 
 @triton.jit
-def _token_row(x, token, D: tl.constexpr, o_d, m_d):
+def token_row(x, token, D: tl.constexpr, o_d, m_d):
     """[BD] float32 row o_d of x [B, T, H, D] at the flat token index (b * T + t) * H + h."""
     return tl.load(x + token * D + o_d, mask=m_d, other=0).to(tl.float32)
 
@@ -112,16 +112,16 @@ def _fwd_kernel(q, k, v, g, u, h0, o, ht, chunk_offsets, scale, T, NT, H: tl.con
                 USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr):
     """o [B, T, H, V] in o's dtype; ht [B, H, K, V] float32 when STORE_HT (with VARLEN: the
     tokens of each sequence's chunks, ht [N, H, K, V])."""
-    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _token_program(
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = token_program(
         chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for t in range(c_lo * BT, tl.minimum(c_hi * BT, T)):
         token = (i_b * T + t) * H + i_h
-        b_q = _token_row(q, token, K, o_k, m_k) * scale
-        b_k = _token_row(k, token, K, o_k, m_k)
-        b_v = _token_row(v, token, V, o_v, m_v)
+        b_q = token_row(q, token, K, o_k, m_k) * scale
+        b_k = token_row(k, token, K, o_k, m_k)
+        b_v = token_row(v, token, V, o_v, m_v)
         b_kv = b_k[:, None] * b_v[None, :]
         if READS_PREVIOUS:
             b_o = tl.sum(b_q[:, None] * (b_h + b_u[:, None] * b_kv), axis=0)
@@ -146,7 +146,7 @@ def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, chunk_offsets, scale, T,
     its last k^T v; garbage in a chunk's first row with READS_PREVIOUS, which is never read);
     states [B, H, NT, K, V] float32: the state leaving each chunk less the chunk's last k^T v
     (each program writes its V columns)."""
-    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _token_program(
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = token_program(
         chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
@@ -155,9 +155,9 @@ def _bwd_dq_kernel(k, v, g, u, h0, do, dq, dqs, states, chunk_offsets, scale, T,
     for i_c in range(c_lo, c_hi):
         for j in range(tl.minimum(T - i_c * BT, BT)):
             token = (i_b * T + i_c * BT + j) * H + i_h
-            b_k = _token_row(k, token, K, o_k, m_k)
-            b_v = _token_row(v, token, V, o_v, m_v)
-            b_do = _token_row(do, token, V, o_v, m_v) * scale
+            b_k = token_row(k, token, K, o_k, m_k)
+            b_v = token_row(v, token, V, o_v, m_v)
+            b_do = token_row(do, token, V, o_v, m_v) * scale
             if READS_PREVIOUS:
                 b_dq = tl.sum(b_h * b_do[None, :], axis=1) + b_u * b_k * tl.sum(b_v * b_do, axis=0)
                 b_dqs = tl.sum(b_hd * b_do[None, :], axis=1)
@@ -190,7 +190,7 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
 
     Two gradients are carried: dS = dL/dS_t (b_dS) and exp(g_{t+1}) dS_{t+1} (b_dh): dS_t less
     the direct read of S_t (by q_t, or by q_{t+1} with READS_PREVIOUS), which dk' needs."""
-    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _token_program(
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = token_program(
         chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     if READS_PREVIOUS:
         b_u = tl.load(u + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
@@ -212,10 +212,10 @@ def _bwd_dkv_kernel(q, k, v, g, u, do, dht, states, dk, dks, dv, du, dh0, bound,
         for j in range(n):
             # the chunk's rows from its last (j = 0) back to its first
             token = (i_b * T + i_c * BT + n - 1 - j) * H + i_h
-            b_q = _token_row(q, token, K, o_k, m_k) * scale
-            b_k = _token_row(k, token, K, o_k, m_k)
-            b_v = _token_row(v, token, V, o_v, m_v)
-            b_do = _token_row(do, token, V, o_v, m_v)
+            b_q = token_row(q, token, K, o_k, m_k) * scale
+            b_k = token_row(k, token, K, o_k, m_k)
+            b_v = token_row(v, token, V, o_v, m_v)
+            b_do = token_row(do, token, V, o_v, m_v)
             part = (i_v * B * T * H + token) * K + o_k
             if not READS_PREVIOUS:
                 b_dS = b_dh + b_q[:, None] * b_do[None, :]

@@ -37,35 +37,15 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.autograd import needed
-from fla_kernels.ops.common.fused_recurrent import GATE_CHANNEL, gate_mode
+from fla_kernels.ops.common.fused_recurrent import GATE_CHANNEL, gate_mode, token_program, token_row
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.partials import sum_parts
-from fla_kernels.ops.common.tiles import flat_program, initial_block, load_state, store_state
-from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
+from fla_kernels.ops.common.tiles import initial_block, load_state, store_state
+from fla_kernels.ops.common.varlen import Packing, apply_packed, state_count
 from fla_kernels.precision import store_dtype
 
 CHUNK = 64  # tokens per chunk of the gate-gradient sums
-
-
-@triton.jit
-def _program(chunk_offsets, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-             BK: tl.constexpr, BV: tl.constexpr, VARLEN: tl.constexpr):
-    """(i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v) of a program on the grid
-    flat_grid(V-blocks, B * H), or flat_grid(V-blocks, N * H) with VARLEN: its ids (int64), its
-    walk (`sequence_walk`), its columns of K (all of them) and of V, and their masks."""
-    i_v, _, i_bh = flat_program(tl.cdiv(V, BV), 1)
-    i_v = i_v.to(tl.int64)
-    i_b, i_h, i_row, c_lo, c_hi = sequence_walk(chunk_offsets, i_bh, NT, H, VARLEN)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    return i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, o_k < K, o_v < V
-
-
-@triton.jit
-def _row(x, token, D: tl.constexpr, o_d, m_d):
-    """[BD] float32 row o_d of x [B, T, H, D] at the flat int64 token index (b * T + t) * H + h."""
-    return tl.load(x + token * D + o_d, mask=m_d, other=0).to(tl.float32)
 
 
 @triton.jit
@@ -86,14 +66,14 @@ def _fwd_kernel(q, k, v, beta, g, h0, o, ht, res, chunk_offsets, scale, T, NT, H
                 STORE_RES: tl.constexpr, VARLEN: tl.constexpr):
     """o [B, T, H, V] in o's dtype; ht [N, H, K, V] float32 when STORE_HT; the residuals
     r [B, T, H, V] float32 when STORE_RES."""
-    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _program(
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = token_program(
         chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for t in range(c_lo * BT, tl.minimum(c_hi * BT, T)):
         token = (i_b * T + t) * H + i_h
-        b_q = _row(q, token, K, o_k, m_k) * scale
-        b_k = _row(k, token, K, o_k, m_k)
-        b_v = _row(v, token, V, o_v, m_v)
+        b_q = token_row(q, token, K, o_k, m_k) * scale
+        b_k = token_row(k, token, K, o_k, m_k)
+        b_v = token_row(v, token, V, o_v, m_v)
         b_beta = tl.load(beta + token).to(tl.float32)
         b_h = b_h * _decay(g, token, K, o_k, m_k, GATE)
         b_r = b_v - tl.sum(b_k[:, None] * b_h, axis=0)
@@ -118,7 +98,7 @@ def _bwd_dkv_kernel(q, k, beta, g, res, do, dht, du, dk, dks, dv, dbeta, dh0, ex
     float32: the gradient reaching each chunk's leaving state from later chunks.
 
     b_dx carries dX_t, the gradient reaching S_t from later tokens (dht after the last)."""
-    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _program(
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = token_program(
         chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     b_dx = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     for i in range(c_hi - c_lo):
@@ -129,10 +109,10 @@ def _bwd_dkv_kernel(q, k, beta, g, res, do, dht, du, dk, dks, dv, dbeta, dh0, ex
         for j in range(n):
             # the chunk's rows from its last (j = 0) back to its first
             token = (i_b * T + i_c * BT + n - 1 - j) * H + i_h
-            b_q = _row(q, token, K, o_k, m_k) * scale
-            b_k = _row(k, token, K, o_k, m_k)
-            b_do = _row(do, token, V, o_v, m_v)
-            b_r = _row(res, token, V, o_v, m_v)
+            b_q = token_row(q, token, K, o_k, m_k) * scale
+            b_k = token_row(k, token, K, o_k, m_k)
+            b_do = token_row(do, token, V, o_v, m_v)
+            b_r = token_row(res, token, V, o_v, m_v)
             b_beta = tl.load(beta + token).to(tl.float32)
             b_u = b_beta * b_r
             b_dS = b_dx + b_q[:, None] * b_do[None, :]
@@ -161,17 +141,17 @@ def _bwd_dq_kernel(k, beta, g, h0, res, do, du, dq, dqs, dk, dks, exits, bound, 
     """Forward in time, after `_bwd_dkv_kernel`. Per V-block partials [NV, B, T, H, K] float32
     of dq and, when NEED_DG, dq'; dk_r added to dk (and subtracted from dks when NEED_DG) in
     place; when NEED_DG, bound' [NV, B, H, NT, K] float32."""
-    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = _program(
+    i_v, i_bh, i_b, i_h, i_row, c_lo, c_hi, o_k, o_v, m_k, m_v = token_program(
         chunk_offsets, NT, H, K, V, BK, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         n = tl.minimum(T - i_c * BT, BT)
         for j in range(n):
             token = (i_b * T + i_c * BT + j) * H + i_h
-            b_k = _row(k, token, K, o_k, m_k)
-            b_do = _row(do, token, V, o_v, m_v) * scale
-            b_r = _row(res, token, V, o_v, m_v)
-            b_du = _row(du, token, V, o_v, m_v)
+            b_k = token_row(k, token, K, o_k, m_k)
+            b_do = token_row(do, token, V, o_v, m_v) * scale
+            b_r = token_row(res, token, V, o_v, m_v)
+            b_du = token_row(du, token, V, o_v, m_v)
             b_beta = tl.load(beta + token).to(tl.float32)
             b_H = b_h * _decay(g, token, K, o_k, m_k, GATE)
             b_dkr = -b_beta * tl.sum(b_H * b_du[None, :], axis=1)
