@@ -16,9 +16,10 @@ from tests.gpu_compile import compile_records, distinct, recording_launches
 
 # K != V, non-power-of-two head dims, loops over several K- and V-blocks (where the pipeliner
 # multiplies shared-memory buffers); bf16 (tensor-core dots) and fp32 (IEEE dots) code paths.
-SHAPES = [(64, 16), (128, 100)]
+# bf16 (tensor-core dots, where Triton's miscompiles have been) at both shapes, fp32 (IEEE dots) at
+# the one with several blocks and masked edges: the compile test is most of CI's time.
+SHAPES = {"bf16": [(64, 16), (128, 100)], "fp32": [(128, 100)]}
 EXTRA_SHAPES = {("gla", "chunk"): [(60, 60)], ("gla", "fused_chunk"): [(60, 60)]}   # K = V, not a power of two
-DTYPES = ["bf16", "fp32"]
 VARIANTS = [(op, variant) for op, spec in sorted(OPS.items()) for variant in spec.variants]
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
@@ -30,8 +31,8 @@ def test_every_launched_kernel_compiles_for_sm90(op, variant):
     spec = OPS[op]
     fn = spec.variant_fn(variant)
     with recording_launches() as records:
-        for dtype in DTYPES:
-            for K, V in SHAPES + EXTRA_SHAPES.get((op, variant), []):
+        for dtype, shapes in SHAPES.items():
+            for K, V in shapes + EXTRA_SHAPES.get((op, variant), []):
                 for h0 in ("none", "grad"):
                     case = Case(op=op, dtype=dtype, B=1, T=70, H=2, K=K, V=V, h0=h0, gate="normal",
                                 seed=0, **{s: 32 for s in spec.symbols})
@@ -65,7 +66,7 @@ def test_packed_batches_compile_for_sm90():
         for op in ("linear_attn", "simple_gla", "gla", "rwkv6", "gsa", "gated_delta_rule"):
             spec = OPS[op]
             for variant in ("chunk", "fused_recurrent"):
-                for dtype in DTYPES:
+                for dtype in SHAPES:
                     case = Case(op=op, dtype=dtype, B=1, T=96, H=2, K=64, V=16, h0="none",
                                 gate="normal", seed=0, **{s: 32 for s in spec.symbols})
                     dims = {**case.dims(), "B": N}
