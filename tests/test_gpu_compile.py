@@ -16,9 +16,12 @@ from tests.gpu_compile import compile_records, distinct, recording_launches
 
 # K != V, non-power-of-two head dims, loops over several K- and V-blocks (where the pipeliner
 # multiplies shared-memory buffers); bf16 (tensor-core dots) and fp32 (IEEE dots) code paths.
-# bf16 (tensor-core dots, where Triton's miscompiles have been) at both shapes, fp32 (IEEE dots) at
-# the one with several blocks and masked edges: the compile test is most of CI's time.
-SHAPES = {"bf16": [(64, 16), (128, 100)], "fp32": [(128, 100)]}
+# (dtype, K, V, initial state) compiled for every op: bf16 (tensor-core dots, where Triton's
+# miscompiles have been) and fp32 (IEEE dots), one block and several with masked edges, with and
+# without an initial state, each at least once; the compile test is most of CI's time on a cold
+# Triton cache, so not every combination.
+COMPILED = [("bf16", 128, 100, "none"), ("bf16", 64, 16, "grad"), ("fp32", 128, 100, "grad")]
+DTYPES = ["bf16", "fp32"]
 EXTRA_SHAPES = {("gla", "chunk"): [(60, 60)], ("gla", "fused_chunk"): [(60, 60)]}   # K = V, not a power of two
 VARIANTS = [(op, variant) for op, spec in sorted(OPS.items()) for variant in spec.variants]
 
@@ -31,12 +34,11 @@ def test_every_launched_kernel_compiles_for_sm90(op, variant):
     spec = OPS[op]
     fn = spec.variant_fn(variant)
     with recording_launches() as records:
-        for dtype, shapes in SHAPES.items():
-            for K, V in shapes + EXTRA_SHAPES.get((op, variant), []):
-                for h0 in ("none", "grad"):
-                    case = Case(op=op, dtype=dtype, B=1, T=70, H=2, K=K, V=V, h0=h0, gate="normal",
-                                seed=0, **{s: 32 for s in spec.symbols})
-                    execute(fn, spec, case, make_inputs(spec, case, torch.device("cpu")))
+        extra = [("bf16", K, V, "grad") for K, V in EXTRA_SHAPES.get((op, variant), [])]
+        for dtype, K, V, h0 in COMPILED + extra:
+            case = Case(op=op, dtype=dtype, B=1, T=70, H=2, K=K, V=V, h0=h0, gate="normal",
+                        seed=0, **{s: 32 for s in spec.symbols})
+            execute(fn, spec, case, make_inputs(spec, case, torch.device("cpu")))
     records = distinct(records)
     assert len({r["name"] for r in records}) >= 3, "fewer than 3 kernels' launches were recorded (forward, backward)"
     failures = [r for r in compile_records(records) if not r["ok"]]
@@ -66,7 +68,7 @@ def test_packed_batches_compile_for_sm90():
         for op in ("linear_attn", "simple_gla", "gla", "rwkv6", "gsa", "gated_delta_rule"):
             spec = OPS[op]
             for variant in ("chunk", "fused_recurrent"):
-                for dtype in SHAPES:
+                for dtype in DTYPES:
                     case = Case(op=op, dtype=dtype, B=1, T=96, H=2, K=64, V=16, h0="none",
                                 gate="normal", seed=0, **{s: 32 for s in spec.symbols})
                     dims = {**case.dims(), "B": N}
