@@ -21,7 +21,6 @@ from tests.gpu_compile import compile_records, distinct, recording_launches
 # without an initial state, each at least once; the compile test is most of CI's time on a cold
 # Triton cache, so not every combination.
 COMPILED = [("bf16", 128, 100, "none"), ("bf16", 64, 16, "grad"), ("fp32", 128, 100, "grad")]
-DTYPES = ["bf16", "fp32"]
 EXTRA_SHAPES = {("gla", "chunk"): [(60, 60)], ("gla", "fused_chunk"): [(60, 60)]}   # K = V, not a power of two
 VARIANTS = [(op, variant) for op, spec in sorted(OPS.items()) for variant in spec.variants]
 
@@ -68,7 +67,7 @@ def test_packed_batches_compile_for_sm90():
         for op in ("linear_attn", "simple_gla", "gla", "rwkv6", "gsa", "gated_delta_rule"):
             spec = OPS[op]
             for variant in ("chunk", "fused_recurrent"):
-                for dtype in DTYPES:
+                for dtype in ("bf16",):   # VARLEN walks: the same code in fp32
                     case = Case(op=op, dtype=dtype, B=1, T=96, H=2, K=64, V=16, h0="none",
                                 gate="normal", seed=0, **{s: 32 for s in spec.symbols})
                     dims = {**case.dims(), "B": N}
