@@ -124,7 +124,9 @@ def test_packed_sequences_equal_each_alone(op, lengths, variant):
 @pytest.mark.parametrize("variant", ["fused_recurrent", "chunk"])
 def test_float32_beta_beside_bf16_inputs(variant):
     """beta (and g) float32 beside bf16 q, k, v, as layers may compute them: dbeta and dg come
-    back float32 and float32-precise, the rest bf16."""
+    back float32, never rounded to bf16, the rest bf16. In the interpreter (IEEE products) they
+    are float32-precise; on a GPU the chunked form's products of computed operands run in tf32
+    (10-bit operands), which bounds them at 2^-9 of their largest value."""
     spec = OPS["gated_delta_rule"]
     x = make_inputs(spec, 1, 9, 2, 16, 16, torch.float32, "normal", True, seed=6)
     wide = ("g", "beta")
@@ -132,11 +134,30 @@ def test_float32_beta_beside_bf16_inputs(variant):
     x.drawn = dataclasses.replace(x.drawn, do=x.drawn.do.to(torch.bfloat16))
     got = run(spec.variant_fn(variant), x)
     want = reference(spec, x)
+    tf32_products = DEVICE == "cuda" and variant == "chunk"
     for name in ("dg", "dbeta"):
         assert got[name].dtype == torch.float32
-        assert_close(name, got[name], want[name], REL_TOL[torch.float32])
+        assert not torch.equal(got[name], got[name].bfloat16().float()), f"{name} was rounded to bf16"
+        assert_close(name, got[name], want[name], 2.0 ** -9 if tf32_products else REL_TOL[torch.float32])
     assert got["dq"].dtype == got["o"].dtype == torch.bfloat16
     assert_close("o", got["o"], want["o"], REL_TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
+def test_chunk_kernels_at_every_block_shape(op):
+    """The chunked kernels in bf16 against the float64 loop at head sizes that change their blocks
+    and warps: K in one block of 16 to 128 (4 or 8 warps), V in one, two or eight 32-wide blocks.
+    Triton 3.6 on the H100 miscompiled a sum over two or more V blocks with 4 warps, and 16-wide
+    V blocks with 8 warps (ops/common/chunk_delta.py). The interpreter runs one shape with two V
+    blocks; a GPU runs them all."""
+    spec = OPS[op]
+    shapes = [(16, 64)] if DEVICE == "cpu" else [(K, V) for K in (16, 32, 64, 128) for V in (16, 64, 256)]
+    for K, V in shapes:
+        x = make_inputs(spec, 1, 70, 2, K, V, torch.bfloat16, "normal", True, seed=7)
+        try:
+            assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.bfloat16)
+        except AssertionError as error:
+            raise AssertionError(f"K={K} V={V}: {error}") from None
 
 
 def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent"):

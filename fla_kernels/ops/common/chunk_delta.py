@@ -21,8 +21,16 @@ Backward: `_bwd_walk_kernel` walks back per V-block with dh the gradient of the 
           dw = -dU h^T; through w = Ti Y and u = Ti X (Y = diag(beta exp(G)) K, X = diag(beta) V)
           dY = Ti^T dw, dX = Ti^T dU, dTi = dw Y^T + dU X^T; dA = -Ti^T dTi Ti^T (strictly lower);
           and the products of q and k with the states and with each other.
-Products whose transpose is needed are formed transposed from transposed loads (no `tl.trans`
-of a dot's result: one such product was miscompiled on Hopper, see DESIGN.md).
+Two [BT, BT] products are needed transposed as well; each goes through per-chunk scratch and
+is read back transposed (`_transposed`), not `tl.trans` of a dot's result (one such product was
+miscompiled on Hopper, see DESIGN.md).
+
+Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, .gpu probes):
+- `acc += dot(a, b_t * vec[None, :])` over two or more V-blocks with 4 warps, b_t a transposed
+  load, came out wrong (dk, dbeta off by 30-90 %); the V-loop's products take unscaled operands
+  and beta scales the sum once after the loop.
+- 16-wide V-blocks with 8 warps addressed shared memory out of range in the forward walk
+  (compute-sanitizer) or gave wrong results; V-blocks are 32 wide at every V.
 
 The gate gradient. dG_t, the gradient of the cumulative gate G_t, gathers every exp(G) factor:
 exp(G_t) of the state read by q_t and of Y_t, the pair factors Gamma_ts of Q K^T and of A
@@ -224,22 +232,33 @@ def _bwd_walk_kernel(q, k, g, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale,
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
 
 
+@triton.jit
+def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """b_x^T of a [BT, BT] tile, through the program's own rows of the scratch `pairs`
+    [B, T, H, BT]: stored, then read back transposed (rows past T read as zero), with a barrier
+    on each side (the previous read-back must be done before the store overwrites it)."""
+    tl.debug_barrier()
+    store_rows(pairs, b_x, row * BT, c0, T, H, BT, BT, BT, 0)
+    tl.debug_barrier()
+    return load_rows_t(pairs, row * BT, c0, T, H, BT, BT, BT, 0)
+
+
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk, dv, dbeta, dg,
-                      scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, pairs, dq, dk, dv, dbeta,
+                      dg, scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                       BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """Per chunk: dq, dk [B, T, H, K], dv [B, T, H, V], dbeta and (GATED) dg [B, T, H]."""
+    """Per chunk: dq, dk [B, T, H, K], dv [B, T, H, V], dbeta and (GATED) dg [B, T, H]; `pairs`
+    [B, T, H, BT] float32 is scratch for the two transposes (`_transposed`)."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
     o = tl.arange(0, BT)
-    strict, strict_t = o[:, None] > o[None, :], o[:, None] < o[None, :]
+    strict = o[:, None] > o[None, :]
     last = tl.minimum(T - c0, BT) - 1
     b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
     b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
     b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
-    b_T = load_rows(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
     b_beta = _vec(beta, row, c0, T, H, BT)
     eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
@@ -247,38 +266,30 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk
     b_dqh = tl.zeros([BT, BK], dtype=tl.float32)    # do h^T
     b_dkh = tl.zeros([BT, BK], dtype=tl.float32)    # U dh^T
     b_dw = tl.zeros([BT, BK], dtype=tl.float32)     # -dU h^T
-    b_dwt = tl.zeros([BK, BT], dtype=tl.float32)    # its transpose
     b_ds = tl.zeros([BT, BT], dtype=tl.float32)     # do U^T
-    b_dst = tl.zeros([BT, BT], dtype=tl.float32)    # U do^T
-    b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU X^T
-    b_dTt = tl.zeros([BT, BT], dtype=tl.float32)    # X dU^T
+    b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU V^T, then dU X^T
     b_dbeta = tl.zeros([BT], dtype=tl.float32)
     b_bound = tl.zeros([BK], dtype=tl.float32)      # sum over V of h * dh
     for i_v in range(tl.cdiv(V, BV)):
-        b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
         b_ht = load_state(states, index, K, V, BK, BV, 0, i_v, True)
         b_dht = load_state(dhs, index, K, V, BK, BV, 0, i_v, True)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dot = load_rows_t(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_Ut = load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dUt = load_rows_t(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
         b_vt = load_rows_t(v, row * V, c0, T, H, V, BT, BV, i_v)
         b_dqh += mma(b_do, b_ht, FP32_DOT, tl.float32)
         b_dkh += mma(b_U, b_dht, FP32_DOT, tl.float32)
         b_dw -= mma(b_dU, b_ht, FP32_DOT, tl.float32)
-        b_dwt -= mma(b_h, b_dUt, FP32_DOT, tl.float32)
         b_ds += mma(b_do, b_Ut, FP32_DOT, tl.float32)
-        b_dst += mma(b_U, b_dot, FP32_DOT, tl.float32)
-        b_dT += mma(b_dU, b_vt * b_beta[None, :], FP32_DOT, tl.float32)
-        b_dTt += mma(b_v * b_beta[:, None], b_dUt, FP32_DOT, tl.float32)
+        b_dT += mma(b_dU, b_vt, FP32_DOT, tl.float32)
         b_dX = mma(b_Tt, b_dU, FP32_DOT, tl.float32)
         store_rows(dv, b_dX * b_beta[:, None], row * V, c0, T, H, V, BT, BV, i_v)
         b_dbeta += tl.sum(b_dX * b_v, axis=1)
         b_bound += tl.sum(b_ht * b_dht, axis=0)
 
+    b_dT = b_dT * b_beta[None, :]
     # the state read by q: o += scale exp(G) q h
     b_dq = b_dqh * (eG * scale)[:, None]
     b_dG = tl.sum(b_dq * b_q, axis=1)
@@ -286,7 +297,7 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk
     b_qk = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE)
     b_dqk = b_ds * gam * scale
     b_dq += mma(b_dqk, b_k, FP32_DOT, tl.float32)
-    b_dk = mma(b_dst * gam_t * scale, b_q, FP32_DOT, tl.float32)
+    b_dk = mma(_transposed(pairs, b_dqk, row, c0, T, H, BT), b_q, FP32_DOT, tl.float32)
     b_z = tl.where(strict, b_dqk * b_qk, 0.0)
     b_dG += tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
     # the write into the leaving state: exp(G_L - G_s) k_s^T U_s, and exp(G_L) h
@@ -301,19 +312,17 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk
     b_dbeta += b_kdY
     b_dG += b_kdY * b_beta
     b_dT += mma(b_dw, b_kt * b_bG[None, :], FP32_DOT, tl.float32)
-    b_dTt += mma(b_k * b_bG[:, None], b_dwt, FP32_DOT, tl.float32)
     # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) Gamma * K K^T)
     b_dA = -mma(mma(b_Tt, b_dT, FP32_DOT, tl.float32), b_Tt, FP32_DOT, tl.float32)
     b_dA = tl.where(strict, b_dA, 0.0)
-    b_dAt = -mma(mma(b_T, b_dTt, FP32_DOT, tl.float32), b_T, FP32_DOT, tl.float32)
-    b_dAt = tl.where(strict_t, b_dAt, 0.0)
     b_kk = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE)
     b_r = b_dA * b_kk * gam
     b_dbeta += tl.sum(b_r, axis=1)
     b_r = b_r * b_beta[:, None]
     b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
-    b_dk += mma(b_dA * gam * b_beta[:, None], b_k, FP32_DOT, tl.float32)
-    b_dk += mma(b_dAt * gam_t * b_beta[None, :], b_k, FP32_DOT, tl.float32)
+    b_dAk = b_dA * gam * b_beta[:, None]
+    b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32)
+    b_dk += mma(_transposed(pairs, b_dAk, row, c0, T, H, BT), b_k, FP32_DOT, tl.float32)
 
     store_rows(dq, b_dq, row * K, c0, T, H, K, BT, BK, 0)
     store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, 0)
@@ -324,10 +333,9 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, dq, dk
 
 def _blocks(K, V):
     """(BK, BV, num_warps): all of K in one block (at least 16, a dot's smallest), V in blocks of
-    at most 32."""
+    32 (masked past V; see the module's note on Triton 3.6)."""
     BK = max(16, triton.next_power_of_2(K))
-    BV = min(max(16, triton.next_power_of_2(V)), 32)
-    return BK, BV, (8 if BK >= 128 else 4)
+    return BK, 32, (8 if BK >= 128 else 4)
 
 
 class ChunkDeltaFunction(torch.autograd.Function):
@@ -398,8 +406,9 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
         dg = None if g is None else torch.empty(g.shape, **f32)
+        pairs = torch.empty(B, T, H, CHUNK, **f32)
         launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew,
-               dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
+               pairs, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
