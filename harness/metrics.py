@@ -40,6 +40,18 @@ def nonfinite_counts(x: torch.Tensor) -> tuple[int, int]:
     return int(torch.isnan(x).sum()), int(torch.isinf(x).sum())
 
 
+def half_ulp(magnitude: float, dtype: torch.dtype) -> float:
+    """Half the spacing of `dtype`'s values at `magnitude` (0 for 0): the rounding one result of
+    that size may carry. The floor takes at least this at the tensor's largest value: the golden's
+    own rounding is the max over its elements, and a tensor of a few elements (a layer's
+    per-head parameter gradient) can sit next to representable values by chance, leaving a floor
+    under one rounding step that a correct result, computed in fp32 and rounded once, crosses."""
+    if not magnitude or not math.isfinite(magnitude) or not dtype.is_floating_point:
+        return 0.0
+    info = torch.finfo(dtype)
+    return 0.5 * info.eps * 2.0 ** math.floor(math.log2(max(magnitude, info.smallest_normal)))
+
+
 def compare_to_golden(x, gold, base, tol: Tolerance, seq_layout: bool, expected_dtype=None) -> dict:
     """Metrics and verdict of kernel tensor `x` against golden `gold` (float64) and baseline `base`.
 
@@ -62,7 +74,8 @@ def compare_to_golden(x, gold, base, tol: Tolerance, seq_layout: bool, expected_
     base_diff = (base.detach().to(torch.float64) - gold_clean).abs()
     base_err = _max(base_diff.where(gold_finite, torch.zeros_like(base_diff)))
     expected_dtype = expected_dtype or x.dtype
-    floor = _max((gold_clean.to(expected_dtype).to(torch.float64) - gold_clean).abs())
+    floor = max(_max((gold_clean.to(expected_dtype).to(torch.float64) - gold_clean).abs()),
+                half_ulp(gold_max, expected_dtype))
     bound = tol.bound(base_err, floor)
     rms_gold = gold_clean.pow(2).mean().sqrt().item() if gold.numel() else 0.0
     rms_diff = diff.pow(2).mean().sqrt().item() if gold.numel() else 0.0

@@ -129,10 +129,13 @@ def kda_key_reads_undecayed_state(q, k, v, g, beta, scale=None, initial_state=No
     return _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state, decay_first=False)
 
 
-def _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, chunk=8, correct=True):
+def _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, chunk=8, correct=True,
+                  solve_last_row=True):
     """The delta rule in chunks of `chunk` tokens (the WY form) in float32 torch: with A the
     strictly lower diag(beta) K K^T and Ti = (I + A)^{-1}, U = Ti beta V - Ti beta K S, o = scale
-    (Q S + tril(Q K^T) U), S' = S + K^T U; correct=False drops - Ti beta K S (U = u alone)."""
+    (Q S + tril(Q K^T) U), S' = S + K^T U; correct=False drops - Ti beta K S (U = u alone);
+    solve_last_row=False stops the triangular solve one row short (each chunk's last row of Ti
+    stays the identity's)."""
     B, T, H, K = q.shape
     scale = K ** -0.5 if scale is None else scale
     q, k, v, beta = (x.float().transpose(1, 2) for x in (q, k, v, beta))
@@ -143,6 +146,8 @@ def _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, chunk
         eye = torch.eye(kc.shape[2], device=q.device)
         A = torch.tril(bc[..., None] * (kc @ kc.transpose(-1, -2)), -1)
         Ti = torch.linalg.solve_triangular(eye + A, eye.expand_as(A), upper=False)
+        if not solve_last_row:
+            Ti = torch.cat([Ti[..., :-1, :], eye[-1:].expand_as(Ti[..., -1:, :])], dim=-2)
         U = Ti @ (bc[..., None] * vc)
         if correct:
             U = U - Ti @ (bc[..., None] * kc) @ S
@@ -161,3 +166,10 @@ def delta_rule_chunks_without_state_correction(q, k, v, beta, scale=None, initia
     """Each chunk's corrected values U = u - w h lose their - w h: the state entering a chunk is
     read by its queries and carried, but its keys' delta correction never sees it."""
     return _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, correct=False)
+
+
+def delta_rule_chunks_solving_one_row_short(q, k, v, beta, scale=None, initial_state=None,
+                                            output_final_state=False):
+    """The triangular solve of each chunk stops one row short: the chunk's last token keeps its
+    raw beta v instead of its delta-corrected value."""
+    return _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, solve_last_row=False)

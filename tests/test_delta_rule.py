@@ -183,6 +183,13 @@ def test_chunks_whose_corrected_values_drop_the_entering_state_fail_o():
     assert {("golden", "o"), ("golden", "ht"), ("golden", "dh0")} <= failed, failed
 
 
+def test_a_triangular_solve_one_row_short_fails_o():
+    """Each chunk's last row of (I + A)^{-1} left as the identity's: the chunks' last tokens write
+    uncorrected values into the state."""
+    failed = sweep_failures("delta_rule", "delta_rule_chunks_solving_one_row_short", variant="chunk")
+    assert {("golden", "o"), ("golden", "ht"), ("golden", "dv")} <= failed, failed
+
+
 def test_a_beta_gradient_without_its_correction_fails_dbeta_only():
     failed = sweep_failures("delta_rule", "delta_rule_beta_grad_without_correction")
     assert ("golden", "dbeta") in failed

@@ -3,8 +3,16 @@ gradients), the cache never written into, truncated training segment by segment.
 import pytest
 import torch
 
-from fla_kernels.layers import Cache, GatedSlotAttention, LinearAttention
+import dataclasses
+
+import torch.nn.functional as F
+
+from fla_kernels.layers import Cache, DeltaNet, GatedDeltaNet, GatedSlotAttention, KimiDeltaAttention, LinearAttention
+from fla_kernels.layers.short_convolution import ShortConvolution
+from harness.cases import Case
 from harness.checks.layer import layer_class
+from harness.declaration import LayerSpec
+from harness.runner import Implementation, run_case
 from harness.registry import OPS
 from tests.kernel_testing import DEVICE
 
@@ -120,3 +128,58 @@ def test_bad_mode_and_padding_mask_are_refused():
     mask[0, 0] = False
     with pytest.raises(ValueError, match="padding masks are not supported"):
         layer(x, attention_mask=mask)
+
+
+def test_short_convolution_is_the_causal_definition_and_carries_its_inputs():
+    """y_t = silu(sum_j w_j x_{t-W+1+j}) per channel with zeros before the sequence; fed one token
+    at a time with its carried inputs, the same numbers."""
+    torch.manual_seed(0)
+    conv = ShortConvolution(3, kernel_size=4).double()
+    x = torch.randn(2, 9, 3, dtype=torch.float64)
+    padded = torch.cat([torch.zeros(2, 3, 3, dtype=torch.float64), x], dim=1)
+    w = conv.weight[:, 0, :]
+    want = F.silu(torch.stack([(padded[:, t:t + 4] * w.T).sum(1) for t in range(9)], dim=1))
+    y, carried = conv(x)
+    assert torch.allclose(y, want, rtol=1e-12, atol=1e-14)
+    assert torch.equal(carried, x[:, -3:].transpose(1, 2))
+    steps, carried = [], None
+    for t in range(9):
+        step, carried = conv(x[:, t:t + 1], carried)
+        steps.append(step)
+    assert torch.allclose(torch.cat(steps, dim=1), want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("cls", [DeltaNet, GatedDeltaNet, KimiDeltaAttention], ids=lambda c: c.__name__)
+def test_delta_layers_decoding_token_by_token_give_one_call(cls):
+    """Segments of one token, shorter than the convolutions' width, through the cache (as a
+    model decodes): the outputs of one call over the sequence."""
+    layer, x = make(cls, "fused_recurrent"), inputs(T=6)
+    y, _, _ = layer(x)
+    cache, steps = None, []
+    for t in range(6):
+        step, _, cache = layer(x[:, t:t + 1], use_cache=True, past_key_values=cache)
+        steps.append(step)
+    assert_close(torch.cat(steps, dim=1), y, "output token by token")
+    assert len(cache[0]) == 4 and cache[0][1].shape == (2, layer.key_dim, 3)
+
+
+def test_layer_check_fails_a_convolution_that_forgets_its_carried_inputs():
+    """The layer check on DeltaNet: a short convolution that restarts from zeros at every call
+    passes one call and fails the float64 layer through the cache against one call (its kernel
+    rows pass: their baseline runs through the same layer)."""
+    spec = OPS["delta_rule"]
+    c = Case(op="delta_rule", dtype="fp32", B=1, T=20, H=1, K=16, V=16, h0="none", gate="normal", seed=0)
+    impl = Implementation("fused_recurrent", "ours", spec.variant_fn("fused_recurrent"))
+
+    def layer_rows(layer_target):
+        planted = dataclasses.replace(spec, layer=LayerSpec(layer_target))
+        return [r for r in run_case(planted, c, [impl], torch.device(DEVICE), checks=("layer",))
+                if r["check"] == "layer"]
+    good = layer_rows("fla_kernels.layers:DeltaNet")
+    assert {"y", "y (segments)", "dq_conv1d.weight (segments)", "float64 segments", "cache"} <= {r["tensor"] for r in good}
+    assert all(r["verdict"] == "PASS" for r in good), [(r["tensor"], r["message"]) for r in good
+                                                      if r["verdict"] != "PASS"]
+    failed = {r["tensor"]: r["message"] for r in layer_rows("tests.planted_layers:DeltaNetForgettingConvolutionInputs")
+              if r["verdict"] != "PASS"}
+    assert set(failed) == {"float64 segments"}, failed
+    assert failed["float64 segments"].startswith("the float64 layer through the cache differs from one call in y")

@@ -7,7 +7,7 @@ import torch
 
 from harness import tolerance
 from harness.registry import OPS
-from harness.metrics import compare_to_golden, compare_variants, first_bad_index
+from harness.metrics import compare_to_golden, compare_variants, first_bad_index, half_ulp
 from harness.tolerance import Tolerance, tolerance_for
 
 TOL = Tolerance(factor=2.0, atol=1e-6)
@@ -89,6 +89,21 @@ def test_floor_is_the_rounding_into_the_tensor_dtype():
     row32 = compare_to_golden(gold.float(), gold, base, TOL, seq_layout=True)
     assert row16["floor"] > 100 * row32["floor"]
     assert row16["verdict"] == "PASS"
+
+
+def test_floor_is_at_least_one_rounding_of_the_largest_value():
+    """Two elements whose golden sits near bf16 values (their own rounding is tiny): a result one
+    bf16 step away, as one fp32 result just past a rounding midpoint gives, passes; two steps fail."""
+    gold = torch.tensor([-2.5298860790665536, -0.37377951901362144], dtype=torch.float64)
+    base = gold.bfloat16()
+    assert (base.double() - gold).abs().max() < 2e-3
+    step = 2.0 ** -6   # bf16 spacing in [2, 4)
+    assert half_ulp(2.53, torch.bfloat16) == step / 2 and half_ulp(0.0, torch.bfloat16) == 0.0
+    one_step = compare_to_golden(torch.tensor([-2.546875, -0.373046875]).bfloat16(), gold, base, TOL, seq_layout=False)
+    assert one_step["floor"] == step / 2 and one_step["verdict"] == "PASS", one_step
+    two_steps = compare_to_golden(torch.tensor([-2.5625, -0.373046875]).bfloat16(), gold, base, TOL,
+                                  seq_layout=False)
+    assert two_steps["verdict"] == "FAIL", two_steps
 
 
 def test_first_bad_index_without_sequence_layout():

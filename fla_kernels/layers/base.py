@@ -10,10 +10,14 @@ from fla_kernels.layers.cache import Cache
 
 class RecurrentAttention(nn.Module):
     """A layer over one op family. Subclasses set `MODES` ({mode: kernel}), add the projections
-    beyond query, key and value, and define `kernel_inputs(x)` (the op's positional tensors, [B, T, H, *]), `state_shapes()` and,
-    if they gate the output, `output_gate(x)`."""
+    beyond query, key and value, and define `kernel_inputs(x)` (the op's positional tensors,
+    [B, T, H, *]), `state_shapes()` and, if they gate the output, `output_gate(x)`. A layer that
+    carries more than the kernel's state in its cache entry (short convolutions' inputs)
+    overrides `split_entry`, `join_entry` and `call_inputs`; one that normalises the heads'
+    output overrides `merge_heads`."""
 
     MODES: dict = {}
+    KERNEL_OPTIONS: dict = {}   # keyword arguments of every kernel call (use_qk_l2norm_in_kernel)
 
     def __init__(self, hidden_size: int, num_heads: int, expand_k: float, expand_v: float,
                  mode: str, layer_idx: int | None, query: str = "q"):
@@ -63,13 +67,31 @@ class RecurrentAttention(nn.Module):
                              "attention_mask=None or all ones.")
         if past_key_values is not None and not isinstance(past_key_values, Cache):
             past_key_values = Cache.from_legacy_cache(past_key_values)
-        state = None if past_key_values is None else past_key_values[self.layer_idx]
-        o, final = self.kernel(*self.kernel_inputs(hidden_states), initial_state=state,
-                               output_final_state=use_cache)
+        entry = None if past_key_values is None else past_key_values[self.layer_idx]
+        state, carried = self.split_entry(entry)
+        inputs, carried = self.call_inputs(hidden_states, carried)
+        o, final = self.kernel(*inputs, initial_state=state, output_final_state=use_cache,
+                               **self.KERNEL_OPTIONS)
         if use_cache:
             past_key_values = Cache() if past_key_values is None else past_key_values
-            past_key_values.update(final, self.layer_idx, hidden_states.shape[1])
+            past_key_values.update(self.join_entry(final, carried), self.layer_idx, hidden_states.shape[1])
+        return self.o_proj(self.merge_heads(o, hidden_states)), None, past_key_values
+
+    def split_entry(self, entry):
+        """(the kernel's initial state, what else the layer carries) of a cache entry (None for a
+        fresh sequence): here the entry is the kernel's state."""
+        return entry, None
+
+    def join_entry(self, final_state, carried):
+        """The cache entry after a call: here the kernel's final state."""
+        return final_state
+
+    def call_inputs(self, x: torch.Tensor, carried) -> tuple:
+        """(the kernel's positional inputs, what the layer carries into the next call)."""
+        return self.kernel_inputs(x), None
+
+    def merge_heads(self, o: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The kernel's o [B, T, H, V] as o_proj takes it, [B, T, H * V], gated by `output_gate`."""
+        gate = self.output_gate(x)
         o = o.flatten(-2)
-        gate = self.output_gate(hidden_states)
-        y = self.o_proj(o if gate is None else o * gate)
-        return y, None, past_key_values
+        return o if gate is None else o * gate

@@ -52,6 +52,29 @@ def _run(layer, kernel, x, dy, segments):
     return y.detach(), grads, x, handed
 
 
+# float64 through the cache against one float64 call: rounding differs by ~1e-15 (the loop) to
+# ~1e-13 (the chunked golden, whose chunks the cuts move); a layer that loses state is off by O(1)
+CHAIN_REL_TOL = 1e-9
+
+
+def _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64) -> str:
+    """'' when the float64 layer run through the cache in `segments` gives one call's output and
+    parameter gradients (to CHAIN_REL_TOL of each's largest value); else what differs. Both sides
+    are the golden, so a difference is the layer's (its cache loses or misplaces state), which
+    the kernel rows, bounded by a baseline through the same layer, cannot show."""
+    if not segments:
+        return ""
+    y, grads, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), segments)
+    for name, got, want in [("y", y, y64), *((n, grads[n], g64[n]) for n in g64)]:
+        if got is None or want is None:
+            continue
+        err, scale = (got - want).abs().max().item(), want.abs().max().item()
+        if not err <= CHAIN_REL_TOL * max(scale, 1e-300):
+            return (f"the float64 layer through the cache differs from one call in {name} by "
+                    f"{err:.3g} (max {scale:.3g}): the layer loses or misplaces state between calls")
+    return ""
+
+
 def _training_runs(layer, kernel, x, segments) -> str:
     """'' when a forward and backward per segment, with the state detached between segments,
     runs; else the error."""
@@ -83,6 +106,7 @@ def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
                                     chunk_size=spec.baseline_chunk_size)
     y64, g64, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), whole)
     segments = segment_bounds(case.T)
+    broken_chain = _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64)
     # the baseline runs each call pattern itself: segments round differently from one call
     baselines = {label: _run(layer, baseline_fn, x, dy, bounds)[:2]
                  for label, bounds in (("", whole), (" (segments)", segments)) if bounds}
@@ -109,6 +133,8 @@ def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
             y, grads, _, handed = _run(layer, impl.fn, x, dy, segments)
             compare(" (segments)", y, grads)
             changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
+            rows.append(make_row("layer", "float64 segments", verdict="FAIL" if broken_chain else "PASS",
+                                 message=broken_chain))
             rows.append(make_row("layer", "cache", verdict="FAIL" if changed else "PASS",
                                  message=f"the layer wrote into the cached state ({changed[0]} changed)"
                                  if changed else ""))

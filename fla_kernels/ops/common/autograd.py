@@ -8,14 +8,17 @@ from fla_kernels.ops.common.varlen import Packing, apply_packed
 from fla_kernels.utils import check_inputs
 
 
-def save_context(ctx, scale: float, output_final_state: bool, *tensors, chunk_offsets=None):
+def save_context(ctx, scale: float, output_final_state: bool, *tensors, chunk_offsets=None,
+                 initial_state=None):
     """Save `tensors` for the backward with the scale, whether the forward returned a final
-    state (its gradient is used only then) and the chunk offsets of a packed batch's sequences
-    (None unless packed, ops/common/varlen.py)."""
+    state (its gradient is used only then), the chunk offsets of a packed batch's sequences
+    (None unless packed, ops/common/varlen.py) and, where the caller passes it, the initial
+    state's dtype (`h0_dtype`, that of its gradient; None without one)."""
     ctx.save_for_backward(*tensors)
     ctx.scale = scale
     ctx.output_final_state = output_final_state
     ctx.chunk_offsets = chunk_offsets
+    ctx.h0_dtype = None if initial_state is None else initial_state.dtype
 
 
 def upstream(ctx, v: torch.Tensor, do, dht):

@@ -53,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.autograd import needed
+from fla_kernels.ops.common.autograd import needed, save_context, upstream
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
@@ -371,11 +371,8 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, u, h0, o, ht, states,
                vnew, chunk_offsets, scale, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
                STORE=grads, VARLEN=chunk_offsets is not None, num_stages=1, **modes)
-        ctx.save_for_backward(q, k, v, beta, g, Ai, w, states, vnew)
-        ctx.chunk_offsets = chunk_offsets
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
-        ctx.h0_dtype = None if initial_state is None else initial_state.dtype
+        save_context(ctx, scale, output_final_state, q, k, v, beta, g, Ai, w, states, vnew,
+                     chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), ht
 
@@ -391,8 +388,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, num_warps=num_warps,
                      **product_settings(q.dtype))
-        do = torch.zeros_like(v) if do is None else do.contiguous()
-        dht = dht.to(torch.float32).contiguous() if (dht is not None and ctx.output_final_state) else None
+        do, dht = upstream(ctx, v, do, dht)
 
         dhs = torch.empty(B, H, NT, K, V, **f32)
         dvnew = torch.empty(B, T, H, V, **f32)

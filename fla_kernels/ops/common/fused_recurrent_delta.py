@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.autograd import needed
+from fla_kernels.ops.common.autograd import needed, save_context, upstream
 from fla_kernels.ops.common.fused_recurrent import GATE_CHANNEL, gate_mode, token_program, token_row
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
@@ -201,11 +201,8 @@ class FusedRecurrentDeltaFunction(torch.autograd.Function):
                T, triton.cdiv(T, CHUNK), H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate_mode(g),
                USE_H0=h0 is not None, STORE_HT=output_final_state, STORE_RES=grads,
                VARLEN=chunk_offsets is not None, num_warps=num_warps)
-        ctx.save_for_backward(q, k, v, beta, g, h0, res)
-        ctx.chunk_offsets = chunk_offsets
-        ctx.scale = scale
-        ctx.output_final_state = output_final_state
-        ctx.h0_dtype = None if initial_state is None else initial_state.dtype
+        save_context(ctx, scale, output_final_state, q, k, v, beta, g, h0, res,
+                     chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), ht
 
@@ -224,8 +221,7 @@ class FusedRecurrentDeltaFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, NEED_DG=need_g,
                      VARLEN=ctx.chunk_offsets is not None, num_warps=num_warps)
-        do = torch.zeros_like(v) if do is None else do.contiguous()
-        dht = dht.to(torch.float32).contiguous() if (dht is not None and ctx.output_final_state) else None
+        do, dht = upstream(ctx, v, do, dht)
         grid = flat_grid(NV, N * H)
 
         du = torch.empty(B, T, H, V, **f32)

@@ -1,7 +1,7 @@
 """The gated delta rule, declared for the harness (harness/declaration.py says what each field
 means); inputs and options as the delta rule's, with the log decay g [B, T, H] before beta."""
 from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
-from harness.declaration import InputSpec, OpSpec, kernels
+from harness.declaration import InputSpec, LayerSpec, OpSpec, kernels
 
 OP = OpSpec(
     name="gated_delta_rule",
@@ -14,4 +14,5 @@ OP = OpSpec(
     upstream={"fla": {"chunk": "fla.ops.gated_delta_rule:chunk_gated_delta_rule",
                       "fused_recurrent": "harness.upstream:fla_fused_recurrent_gated_delta_rule"}},
     options=OPTIONS,
+    layer=LayerSpec("fla_kernels.layers:GatedDeltaNet"),
 )
