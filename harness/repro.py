@@ -44,7 +44,7 @@ _CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>{''.join(f'[-{s}<n>]' for s 
 # the NaN filling of kernel allocations. Each needs only math, sys, torch and the stdlib imports
 # at the top of TEMPLATE.
 _COPIED_TOLERANCE = (tolerance.Tolerance,)
-_COPIED_METRICS = (metrics._max, metrics.first_bad_index, metrics.worst_index,
+_COPIED_METRICS = (metrics._max, metrics.half_ulp, metrics.first_bad_index, metrics.worst_index,
                    metrics.nonfinite_counts, metrics.compare_to_golden, metrics._name, metrics._missing,
                    metrics._bound_sentence)
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
