@@ -52,7 +52,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.autograd import needed
+from fla_kernels.ops.common.autograd import needed, save_context, upstream
 from fla_kernels.ops.common.gate_grad import chunk_gate_grad
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.partials import sum_parts
@@ -297,11 +297,8 @@ class FusedRecurrentFunction(torch.autograd.Function):
             V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, READS_PREVIOUS=u is not None,
             USE_H0=h0 is not None, STORE_HT=output_final_state,
             VARLEN=chunk_offsets is not None, num_warps=num_warps)
-        ctx.save_for_backward(q, k, v, g, u, h0)
-        ctx.chunk_offsets = chunk_offsets
-        ctx.scale = scale
-        ctx.gate = gate
-        ctx.h0_dtype = None if initial_state is None else initial_state.dtype
+        save_context(ctx, scale, output_final_state, q, k, v, g, u, h0, chunk_offsets=chunk_offsets,
+                     initial_state=initial_state)
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), ht
 
@@ -312,7 +309,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
         need_q, need_k, need_v, need_g, need_u, _, need_h0 = ctx.needs_input_grad[:7]
         need_g = need_g and g is not None
         reads_previous = u is not None
-        scale, gate = ctx.scale, ctx.gate
+        scale, gate = ctx.scale, gate_mode(g)
         B, T, H, K = q.shape
         V = v.shape[-1]
         N = state_count(B, ctx.chunk_offsets)
@@ -321,8 +318,7 @@ class FusedRecurrentFunction(torch.autograd.Function):
         f32 = dict(dtype=torch.float32, device=q.device)
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATE=gate, READS_PREVIOUS=reads_previous,
                      NEED_DG=need_g, VARLEN=ctx.chunk_offsets is not None, num_warps=num_warps)
-        do = torch.zeros_like(v) if do is None else do.contiguous()
-        dht = None if dht is None else dht.to(torch.float32).contiguous()
+        do, dht = upstream(ctx, v, do, dht)
         dq = dqs = dk = dks = dv = du = dh0 = dg = None
 
         states = torch.empty(B, H, NT, K, V, **f32) if need_g else None
