@@ -24,8 +24,9 @@ class RunFailed(Exception):
     """An implementation's run stopped before its gradients: it returned something the op does not
     (`tensor` names it), or its backward raised. `forward` holds the outputs it returned that
     match the op, which are still compared with the golden. `verdict` is the row it gets: SKIP
-    for a backward that raises NotImplementedError (a forward-only implementation, such as
-    upstream's fused_recurrent of gated_delta_rule and kda), else ERROR."""
+    for a forward-only implementation, whose backward raises NotImplementedError (upstream's
+    fused_recurrent of gated_delta_rule) or whose outputs carry no gradient (upstream's
+    fused_recurrent_kda, outside autograd), else ERROR."""
 
     def __init__(self, message: str, forward: dict, tensor: str = "", verdict: str = "ERROR"):
         super().__init__(message)
@@ -149,6 +150,10 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     result = {"o": o.detach()}
     for name, final in zip(spec.final_state_names(), finals):
         result[name] = None if final is None else final.detach()
+    if outputs and not any(x.requires_grad for x in outputs):
+        raise RunFailed("no backward: its outputs carry no gradient (computed outside autograd)",
+                        {} if segments else {k: v for k, v in result.items() if v is not None},
+                        verdict="SKIP")
     try:
         if outputs:
             torch.autograd.backward(outputs, grads)

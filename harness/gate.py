@@ -261,7 +261,7 @@ def run_gate(args, plan_check, echo=print) -> int:
     table = compare_runs(candidate, read_results(list(baselines.values())), *settings)
     meta = gate_meta(selection, klass, directory, out, crashed, made_on,
                      "this machine" if given is None else "the results' machine")
-    markdown = render_compare_markdown(table, meta)
+    markdown = render_compare_markdown(table, meta, incomplete=bool(crashed))
     for folder in (summary_path.parent, out):
         folder.mkdir(parents=True, exist_ok=True)
     summary_path.write_text(markdown)

@@ -15,9 +15,9 @@ class RunFolderError(ValueError):
 
 
 def _holds_run(folder: Path) -> list[Path]:
-    """The files of an earlier run in `folder` (its own, and those of a gate's per-op folders)."""
-    return [path for name in RUN_FILES for path in (folder / name, *sorted(folder.glob(f"*/{name}")))
-            if path.is_file()]
+    """The files of an earlier run in `folder`: its own, and those of a gate's sweeps at any depth
+    (<op>/ or <op>/part<i>/), whose stale results the gate would otherwise read as its own."""
+    return [path for name in RUN_FILES for path in sorted(folder.rglob(name)) if path.is_file()]
 
 
 def _rows(path: Path) -> int:

@@ -267,11 +267,12 @@ def _md_rows(rows: pd.DataFrame, max_rows: int, message_chars: int) -> list[str]
 
 
 def render_compare_markdown(table: pd.DataFrame, meta: dict | None = None, max_rows: int = 30,
-                            message_chars: int = 120) -> str:
-    """A pull-request comment: the verdict (**FAIL** when a row has a bad status) with counts per
-    status, `meta` and the comparison settings as bullets, then one table per bad status of up to
-    `max_rows` rows (err/bound of both runs, growth, the candidate's message)."""
-    verdict = compare_verdict(table)
+                            message_chars: int = 120, incomplete: bool = False) -> str:
+    """A pull-request comment: the verdict (**FAIL** when a row has a bad status, or when the
+    candidate is `incomplete`: a sweep of it did not finish) with counts per status, `meta` and
+    the comparison settings as bullets, then one table per bad status of up to `max_rows` rows
+    (err/bound of both runs, growth, the candidate's message)."""
+    verdict = "FAIL" if incomplete else compare_verdict(table)
     out = [f"{_ICON[verdict]} **{verdict}** candidate vs baseline: {_counts_text(table)}", ""]
     info = {str(k): v for k, v in (meta or {}).items()
             if v is not None and v != "" and k not in _SETTINGS}

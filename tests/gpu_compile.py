@@ -20,7 +20,7 @@ from unittest import mock
 
 import torch
 
-TENSOR_TYPES = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
+TENSOR_TYPES = {torch.float64: "*fp64", torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
                 torch.int32: "*i32", torch.int64: "*i64"}
 OPTION_NAMES = ("num_warps", "num_stages")
 SHARED_MEMORY_LIMIT = {90: 232448}  # bytes a block may opt in to (H100: 227 KiB)

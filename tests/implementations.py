@@ -62,6 +62,12 @@ def forward_only(r, k, v, w, u, **kw):
     return baseline_like(r, k, _NoBackward.apply(v), w, u, **kw)
 
 
+def outside_autograd(r, k, v, w, u, **kw):
+    """A forward-only implementation that never meets autograd: its outputs carry no gradient."""
+    with torch.no_grad():
+        return baseline_like(r, k, v, w, u, **kw)
+
+
 def raises_in_forward(r, k, v, w, u, **kw):
     raise RuntimeError("planted failure in forward")
 

@@ -21,7 +21,7 @@ EVERY_OP = list(OPS)
 WITH_LAYERS = [op for op, spec in OPS.items() if spec.layer is not None]
 DELTA = ["delta_rule", "gated_delta_rule", "kda"]   # on common/fused_recurrent_delta.py, which imports
 RECURRENT = ["linear_attn", "simple_gla", "gla", "rwkv6", *DELTA]   # common/fused_recurrent.py
-CHUNKED = [op for op in EVERY_OP if op != "kda"]   # the ops with chunk kernels (chunk_state, dot)
+CHUNKED = EVERY_OP   # every op has chunk kernels (chunk_state, dot)
 
 
 @pytest.mark.parametrize("path,ops", [
@@ -38,7 +38,8 @@ CHUNKED = [op for op in EVERY_OP if op != "kda"]   # the ops with chunk kernels 
     ("fla_kernels/ops/common/chunk_state.py", CHUNKED),
     ("fla_kernels/ops/common/dot.py", CHUNKED),
     ("fla_kernels/ops/common/fused_recurrent_delta.py", DELTA),
-    ("fla_kernels/ops/common/chunk_delta.py", DELTA[:2]),
+    ("fla_kernels/ops/common/chunk_delta.py", DELTA),
+    ("fla_kernels/ops/common/chunk_pairs.py", DELTA),
     ("fla_kernels/ops/common/gate_grad.py", EVERY_OP),
     ("fla_kernels/ops/common/launch.py", EVERY_OP),
     ("fla_kernels/ops/common/tiles.py", EVERY_OP),

@@ -76,7 +76,7 @@ def test_in_call_l2_normalisation(op):
 
 
 @pytest.mark.parametrize("op,variant", [("delta_rule", "fused_recurrent"), ("kda", "fused_recurrent"),
-                                        ("gated_delta_rule", "chunk")])
+                                        ("gated_delta_rule", "chunk"), ("kda", "chunk")])
 def test_kernel_with_in_call_l2_normalisation(op, variant):
     """The kernel with use_qk_l2norm_in_kernel on raw q, k against the reference with it, fp32:
     every output and gradient (dq, dk through the normalisation)."""
@@ -94,7 +94,8 @@ def test_kernel_with_in_call_l2_normalisation(op, variant):
 
 @pytest.mark.parametrize("op,lengths,variant", [("kda", [1, 20, 66], "fused_recurrent"),
                                                ("delta_rule", [5, 11], "fused_recurrent"),
-                                               ("gated_delta_rule", [1, 20, 70], "chunk")])
+                                               ("gated_delta_rule", [1, 20, 70], "chunk"),
+                                               ("kda", [1, 20, 70], "chunk")])
 def test_packed_sequences_equal_each_alone(op, lengths, variant):
     """cu_seqlens: every output and gradient equals the float64 loop run sequence by sequence,
     each from its own initial state (one sequence of length 1, one past a 64-token chunk)."""
@@ -143,7 +144,7 @@ def test_float32_beta_beside_bf16_inputs(variant):
     assert_close("o", got["o"], want["o"], REL_TOL[torch.bfloat16])
 
 
-@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
+@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule", "kda"])
 def test_chunk_kernels_at_every_block_shape(op):
     """The chunked kernels in bf16 against the float64 loop at head sizes that change their blocks
     and warps: K in one block of 16 to 128 (4 or 8 warps), V in one, two or eight 32-wide blocks.
@@ -158,6 +159,16 @@ def test_chunk_kernels_at_every_block_shape(op):
             assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.bfloat16)
         except AssertionError as error:
             raise AssertionError(f"K={K} V={V}: {error}") from None
+
+
+@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
+def test_heads_wider_than_128_take_the_per_channel_kernels(op):
+    """Past K = 128 a scalar gate (or none) runs on kda's kernels with the gate in every key
+    channel (the scalar form's backward needs more shared memory than the H100 has): every
+    output and gradient, dg summed over the channels, against the float64 loop."""
+    spec = OPS[op]
+    x = make_inputs(spec, 1, 70, 1, 136, 16, torch.float32, "normal", True, seed=8)
+    assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.float32)
 
 
 def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent"):

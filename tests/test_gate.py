@@ -7,6 +7,7 @@ import pytest
 
 from harness.cli import main
 from harness.gate import suite_arguments
+from reports.compare import compare_runs, render_compare_markdown
 
 SUITE = {"preset": "smoke", "dtype": ["bf16"], "checks": ["none"]}
 CASE = "rwkv6-bf16-B1-T17-H1-K16-V16-h0_grad-normal-s0"
@@ -156,7 +157,6 @@ def test_another_cpu_s_rounding_is_noise_and_a_regression_is_not():
     1.55e-6 on another x86 CPU (x2.6, 0.9 roundings over the factor): noise. The same growth by
     more roundings than gate.json's noise allowance: grew."""
     from harness.gate import GateConfig
-    from reports.compare import compare_runs
     k = GateConfig.load().noise_roundings
     floor, bound = 3.611e-7, 1.1417e-5
     assert compare_runs(*_pair(6.058e-7, 1.546e-6, floor, bound), 2.0, 0.05, 0.0)["status"][0] == "grew"
@@ -189,6 +189,25 @@ def test_an_earlier_gate_run_is_kept_unless_forced(gate_dir, tmp_path, capsys):
     code, _ = gate(gate_dir, tmp_path, *results)
     assert code == 2 and "already holds a run" in capsys.readouterr().err
     assert gate(gate_dir, tmp_path, *results, "--force")[0] == 0
+
+
+def test_a_gate_folder_with_an_earlier_runs_parts_is_kept_unless_forced(gate_dir, tmp_path, capsys):
+    """The sweeps of a suite of several grids write <op>/part<i>/results.csv: an earlier run's
+    parts are found (a sweep refusing its folder would leave them to be read as this run's)."""
+    part = tmp_path / "run" / "rwkv6" / "part1"
+    part.mkdir(parents=True)
+    (part / "results.csv").write_text((gate_dir / "first" / "rwkv6" / "results.csv").read_text())
+    results = ["--op", "rwkv6", "--results", str(gate_dir / "first" / "rwkv6" / "results.csv")]
+    code, _ = gate(gate_dir, tmp_path, *results)
+    assert code == 2 and "already holds a run" in capsys.readouterr().err
+    assert gate(gate_dir, tmp_path, *results, "--force")[0] == 0
+    assert not (part / "results.csv").exists()
+
+
+def test_a_summary_of_sweeps_that_did_not_finish_fails():
+    table = compare_runs(*_pair(1e-7, 1e-7, 1e-8, 1e-5), 2.0, 0.05, 0.0)
+    assert render_compare_markdown(table).startswith("✅ **PASS**")
+    assert render_compare_markdown(table, incomplete=True).startswith("❌ **FAIL**")
 
 
 def test_a_suite_of_several_grids_gates_the_cases_of_all_of_them(tmp_path):

@@ -40,6 +40,12 @@ def test_a_forward_only_implementation_gets_its_forward_checked_and_a_skip_row_f
     assert rows[-1]["message"].startswith("no backward: it raised NotImplementedError: this function has no backward")
 
 
+def test_outputs_without_a_gradient_are_a_forward_only_implementation_too():
+    rows = rows_of("outside_autograd")
+    assert [(r["tensor"], r["verdict"]) for r in rows] == [("o", "PASS"), ("ht", "PASS"), ("", "SKIP")]
+    assert rows[-1]["message"] == "no backward: its outputs carry no gradient (computed outside autograd)"
+
+
 @pytest.mark.parametrize("name", ["nondeterministic"])
 def test_determinism_runs_for_implementations_that_are_not_our_interpreted_kernels(name):
     rows = run_case(SPEC, case(), [impl(name)], CPU, checks=("determinism",))

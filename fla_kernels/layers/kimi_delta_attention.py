@@ -7,15 +7,15 @@ import torch
 import torch.nn as nn
 
 from fla_kernels.layers.delta_layer import DeltaLayer, decay, decay_parameters
-from fla_kernels.ops.kda import fused_recurrent_kda
+from fla_kernels.ops.kda import chunk_kda, fused_recurrent_kda
 
 
 class KimiDeltaAttention(DeltaLayer):
-    MODES = {"fused_recurrent": fused_recurrent_kda}
+    MODES = {"chunk": chunk_kda, "fused_recurrent": fused_recurrent_kda}
     GATE_ACTIVATION = staticmethod(torch.sigmoid)
 
     def __init__(self, hidden_size: int = 256, num_heads: int = 4, expand_k: float = 1.0,
-                 expand_v: float = 1.0, mode: str = "fused_recurrent", layer_idx: int | None = None,
+                 expand_v: float = 1.0, mode: str = "chunk", layer_idx: int | None = None,
                  **options):
         """options: DeltaLayer's (use_short_conv, conv_size, allow_neg_eigval, norm_eps)."""
         super().__init__(hidden_size, num_heads, expand_k, expand_v, mode, layer_idx, **options)

@@ -1,5 +1,5 @@
-"""Chunked kernels of the delta rule (the WY form), without a gate (delta_rule) or with one log
-decay per head and step (gated_delta_rule).
+"""Chunked kernels of the delta rule (the WY form), without a gate (delta_rule), with one log
+decay per head and step (gated_delta_rule) or one per key channel (kda, CHANNEL).
 
 Per (batch, head), state S [K, V]: S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t,
 o_t = scale q_t S_t (g = 0 without a gate). Inside a chunk of BT = 64 rows with h the state
@@ -9,6 +9,10 @@ precision), Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last
     w  = Ti diag(beta exp(G)) K,   u = Ti diag(beta) V,   U = u - w h   (the corrected values)
     o  = scale (diag(exp(G)) Q h + (Gamma * Q K^T) U)
     h' = exp(G_L) h + (diag(exp(G_L - G)) K)^T U
+With a gate per key channel, exp(G) scales each column of K and Q, exp(G_L) each row of h, and the
+pair products Gamma * K K^T and Gamma * Q K^T become sum_c k_tc k_sc exp(G_tc - G_sc) (and q's):
+`chunk_pairs.py` forms them (Akk, Aqk) before the prepare kernel and takes their gradients after
+the backward's chunk kernel; the kernels here read them instead of forming them.
 Ti comes from `unit_lower_inverse`: rows substituted inside 16-row diagonal blocks, then blocks
 merged pairwise. Only the state walks cross chunks; everything else is one program per chunk.
 
@@ -43,8 +47,8 @@ The walks and the backward's chunk kernel run unpipelined (num_stages=1): at K =
 operands, pipelined loads of their many tiles need (nearly) more shared memory than the H100 has.
 
 Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
-(`mma` with float32 operands), the triangular solve in IEEE fp32; fp32 inputs (and the
-interpreter) take IEEE fp32 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned
+(`mma` with float32 operands), the triangular solve and its gradient in IEEE fp32; fp32 inputs
+(and the interpreter) take IEEE fp32 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned
 row (ops/common/varlen.py): the walks take its sequences' chunk offsets.
 """
 from __future__ import annotations
@@ -54,6 +58,8 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.autograd import needed, save_context, upstream
+from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel, cumgate_cols,
+                                                cumgate_row, cumgate_rows, decay)
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
@@ -63,6 +69,11 @@ from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, 
 from fla_kernels.precision import product_settings, store_dtype
 
 CHUNK = 64   # tokens per chunk; `unit_lower_inverse` merges 16-row blocks up to it
+PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs.py)
+# past K = 128 the backward's chunk kernel with a scalar gate (or none), whose pair products it
+# forms itself, needs more shared memory than the H100 has (282,624 bytes at K = 256 against
+# 232,448): wider heads take the per-channel kernels, which form them in chunk_pairs.py
+WIDEST_SCALAR_GATE = 128
 
 
 @triton.jit
@@ -108,27 +119,48 @@ def _store_vec(x, val, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
-def _gates(g, i_b, i_h, c0, T, H: tl.constexpr, BT: tl.constexpr, GATED: tl.constexpr):
-    """(eG, eLG [BT], eL, Gamma, Gamma^T [BT, BT]) float32 of the chunk at c0: exp(G), exp(G_L - G),
-    exp(G_L) and the pair decays exp(G_t - G_s) for s <= t (zero above the diagonal), from the
-    float64 chunk-local cumsum; ones (on and below the diagonal) without GATED."""
+def _gates(g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+           BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr):
+    """The decays of the chunk at c0, shaped to scale row tiles [BT, BK], their transposes
+    [BK, BT] and states [BK, BV]: (eG, eLG, eG_t, eLG_t, eL, Gamma, Gamma^T) float32 for exp(G),
+    exp(G_L - G), the same transposed, exp(G_L), and the pair decays exp(G_t - G_s) for s <= t
+    (zero above the diagonal). A scalar gate (GATED) gives [BT, 1] and [1, BT] columns from its
+    float64 chunk-local cumsum, a scalar eL and the pair decays; a gate per key channel (CHANNEL:
+    gc [B, T, H, K] its float64 cumsum) gives full tiles and eL [BK, 1], its pairs being the
+    pair matrices themselves (chunk_pairs.py), so Gamma is the mask alone; no gate gives ones."""
     o = tl.arange(0, BT)
     lower = o[:, None] >= o[None, :]
-    if GATED:
-        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+    if CHANNEL:
+        t = c0 + o
+        b_G = cumgate_rows(gc, row * K, t, t < T, H, K, BK)
+        b_Gt = cumgate_cols(gc, row * K, t, t < T, H, K, BK)
+        b_GL = cumgate_row(gc, row * K, tl.minimum(c0 + BT, T) - 1, T, H, K, BK)
         eG = tl.exp(b_G.to(tl.float32))
-        eLG = tl.exp((b_GL - b_G).to(tl.float32))
+        eLG = decay(b_GL[None, :] - b_G)
+        eG_t = tl.exp(b_Gt.to(tl.float32))
+        eLG_t = decay(b_GL[:, None] - b_Gt)
+        eL = tl.exp(b_GL.to(tl.float32))[:, None]
+        gam = tl.where(lower, 1.0, 0.0)
+        gam_t = tl.where(o[:, None] <= o[None, :], 1.0, 0.0)
+    elif GATED:
+        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        eG = tl.exp(b_G.to(tl.float32))[:, None]
+        eLG = tl.exp((b_GL - b_G).to(tl.float32))[:, None]
+        eG_t = tl.exp(b_G.to(tl.float32))[None, :]
+        eLG_t = tl.exp((b_GL - b_G).to(tl.float32))[None, :]
         eL = tl.exp(b_GL.to(tl.float32))
         diff = (b_G[:, None] - b_G[None, :]).to(tl.float32)
         gam = tl.where(lower, tl.exp(tl.minimum(diff, 0.0)), 0.0)
         gam_t = tl.where(o[:, None] <= o[None, :], tl.exp(tl.minimum(-diff, 0.0)), 0.0)
     else:
-        eG = tl.full([BT], 1.0, tl.float32)
+        eG = tl.full([BT, 1], 1.0, tl.float32)
         eLG = eG
+        eG_t = tl.full([1, BT], 1.0, tl.float32)
+        eLG_t = eG_t
         eL = 1.0
         gam = tl.where(lower, 1.0, 0.0)
         gam_t = tl.where(o[:, None] <= o[None, :], 1.0, 0.0)
-    return eG, eLG, eL, gam, gam_t
+    return eG, eLG, eG_t, eLG_t, eL, gam, gam_t
 
 
 @triton.jit
@@ -151,22 +183,26 @@ def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, V: tl.constexpr, BV: tl
 
 
 @triton.jit(do_not_specialize=["T"])
-def _prepare_kernel(k, v, beta, g, Ai, w, u, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
-                    STORE_AI: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.constexpr,
+                    V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                    GATED: tl.constexpr, CHANNEL: tl.constexpr, STORE_AI: tl.constexpr,
+                    FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per chunk: Ti [B, T, H, BT] (when STORE_AI), w [B, T, H, K] and u [B, T, H, V], float32."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
-    b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
     b_beta = _vec(beta, row, c0, T, H, BT)
-    eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL)
     o = tl.arange(0, BT)
-    b_A = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE) * gam * b_beta[:, None]
-    b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_A, 0.0), BT)
+    if CHANNEL:
+        b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
+    else:
+        b_kk = mma(b_k, load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0), FP32_DOT, OPERAND_DTYPE) * gam
+    b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_kk * b_beta[:, None], 0.0), BT)
     if STORE_AI:
         store_rows(Ai, b_T, row * BT, c0, T, H, BT, BT, BT, 0)
-    b_w = mma(b_T, b_k * (b_beta * eG)[:, None], FP32_DOT, tl.float32)
+    b_w = mma(b_T, b_k * (eG * b_beta[:, None]), FP32_DOT, tl.float32)
     store_rows(w, b_w, row * K, c0, T, H, K, BT, BK, 0)
     for i_v in range(tl.cdiv(V, BV)):
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
@@ -175,11 +211,11 @@ def _prepare_kernel(k, v, beta, g, Ai, w, u, T, H: tl.constexpr, K: tl.constexpr
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_walk_kernel(q, k, g, w, u, h0, o, ht, states, vnew, chunk_offsets, scale, T, NT,
+def _fwd_walk_kernel(q, k, g, gc, Aqk, w, u, h0, o, ht, states, vnew, chunk_offsets, scale, T, NT,
                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, USE_H0: tl.constexpr,
-                     STORE_HT: tl.constexpr, STORE: tl.constexpr, VARLEN: tl.constexpr,
-                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                     USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE: tl.constexpr,
+                     VARLEN: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk: o [B, T, H, V]; ht [N, H, K, V] float32 when STORE_HT; when
     STORE, the states entering each chunk [B, H, NT, K, V] and U [B, T, H, V], float32."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
@@ -188,7 +224,8 @@ def _fwd_walk_kernel(q, k, g, w, u, h0, o, ht, states, vnew, chunk_offsets, scal
         c0 = i_c * BT
         if STORE:
             store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
-        eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
         b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
         b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
@@ -196,20 +233,23 @@ def _fwd_walk_kernel(q, k, g, w, u, h0, o, ht, states, vnew, chunk_offsets, scal
         b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
         if STORE:
             store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
-        b_s = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE) * gam
-        b_o = mma(b_q * eG[:, None], b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)
+        if CHANNEL:
+            b_s = load_rows(Aqk, row * BT, c0, T, H, BT, BT, BT, 0)
+        else:
+            b_s = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE) * gam
+        b_o = mma(b_q * eG, b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)
         store_rows(o, b_o * scale, row * V, c0, T, H, V, BT, BV, i_v)
-        b_h = add_rounded(b_h * eL, mma(b_kt * eLG[None, :], b_U, FP32_DOT, tl.float32))
+        b_h = add_rounded(b_h * eL, mma(b_kt * eLG_t, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_walk_kernel(q, k, g, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
+def _bwd_walk_kernel(q, k, g, gc, Aqk, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, USE_DHT: tl.constexpr,
-                     STORE_DH0: tl.constexpr, VARLEN: tl.constexpr, FP32_DOT: tl.constexpr,
-                     OPERAND_DTYPE: tl.constexpr):
+                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, VARLEN: tl.constexpr,
+                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk backwards: dhs [B, H, NT, K, V], the gradient of the state
     leaving each chunk; dU [B, T, H, V]; dh0 [N, H, K, V] when STORE_DH0; all float32."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
@@ -218,15 +258,19 @@ def _bwd_walk_kernel(q, k, g, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale,
         i_c = c_hi - 1 - i_r
         c0 = i_c * BT
         store_state(dhs, i_row * NT + i_c, b_dh, K, V, BK, BV, 0, i_v, False)
-        eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
         b_qt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0)
         b_wt = load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
-        b_st = mma(b_k, b_qt, FP32_DOT, OPERAND_DTYPE) * gam_t * scale
-        b_dU = mma(b_st, b_do, FP32_DOT, tl.float32) + mma(b_k * eLG[:, None], b_dh, FP32_DOT, tl.float32)
+        if CHANNEL:
+            b_st = load_rows_t(Aqk, row * BT, c0, T, H, BT, BT, BT, 0) * scale
+        else:
+            b_st = mma(b_k, b_qt, FP32_DOT, OPERAND_DTYPE) * gam_t * scale
+        b_dU = mma(b_st, b_do, FP32_DOT, tl.float32) + mma(b_k * eLG, b_dh, FP32_DOT, tl.float32)
         store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dh = b_dh * eL + mma(b_qt * (eG * scale)[None, :], b_do, FP32_DOT, tl.float32)
+        b_dh = b_dh * eL + mma(b_qt * (eG_t * scale), b_do, FP32_DOT, tl.float32)
         b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
     if STORE_DH0:
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
@@ -244,12 +288,15 @@ def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, pairs, dq, dk, dv, dbeta,
-                      dg, scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
-                      FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+def _bwd_chunk_kernel(q, k, v, beta, g, gc, Akk, Ai, states, vnew, do, dhs, dvnew, pairs, dAqk, dAkk,
+                      dq, dk, dv, dbeta, dg, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
+                      V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
+                      OPERAND_DTYPE: tl.constexpr):
     """Per chunk: dq, dk [B, T, H, K], dv [B, T, H, V], dbeta and (GATED) dg [B, T, H]; `pairs`
-    [B, T, H, BT] float32 is scratch for the two transposes (`_transposed`)."""
+    [B, T, H, BT] float32 is scratch for the two transposes (`_transposed`). With CHANNEL the pair
+    matrices' parts are left to `pair_grads_kernel`: this stores their gradients dAqk, dAkk
+    [B, T, H, BT] and, in dg [B, T, H, K] float32, the gradient of the cumulative gate G so far."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
@@ -261,7 +308,8 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, pairs,
     b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
     b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
     b_beta = _vec(beta, row, c0, T, H, BT)
-    eG, eLG, eL, gam, gam_t = _gates(g, i_b, i_h, c0, T, H, BT, GATED)
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL)
 
     b_dqh = tl.zeros([BT, BK], dtype=tl.float32)    # do h^T
     b_dkh = tl.zeros([BT, BK], dtype=tl.float32)    # U dh^T
@@ -290,44 +338,62 @@ def _bwd_chunk_kernel(q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew, pairs,
         b_bound += tl.sum(b_ht * b_dht, axis=0)
 
     b_dT = b_dT * b_beta[None, :]
+    b_dG = tl.zeros([BT], dtype=tl.float32)         # the scalar gate's
     # the state read by q: o += scale exp(G) q h
-    b_dq = b_dqh * (eG * scale)[:, None]
-    b_dG = tl.sum(b_dq * b_q, axis=1)
+    b_dq = b_dqh * (eG * scale)
+    b_dGt = b_dq * b_q                               # per channel (summed for a scalar gate)
     # the pairs of o: scale Gamma * (Q K^T), read by U
-    b_qk = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE)
     b_dqk = b_ds * gam * scale
-    b_dq += mma(b_dqk, b_k, FP32_DOT, tl.float32)
-    b_dk = mma(_transposed(pairs, b_dqk, row, c0, T, H, BT), b_q, FP32_DOT, tl.float32)
-    b_z = tl.where(strict, b_dqk * b_qk, 0.0)
-    b_dG += tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+    if CHANNEL:
+        store_rows(dAqk, b_dqk, row * BT, c0, T, H, BT, BT, BT, 0)
+        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+    else:
+        b_qk = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE)
+        b_dq += mma(b_dqk, b_k, FP32_DOT, tl.float32)
+        b_dk = mma(_transposed(pairs, b_dqk, row, c0, T, H, BT), b_q, FP32_DOT, tl.float32)
+        b_z = tl.where(strict, b_dqk * b_qk, 0.0)
+        b_dG += tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
     # the write into the leaving state: exp(G_L - G_s) k_s^T U_s, and exp(G_L) h
-    b_dk += b_dkh * eLG[:, None]
-    b_y = tl.where(o < last, tl.sum(b_dkh * b_k, axis=1) * eLG, 0.0)
-    b_dG += tl.where(o == last, tl.sum(b_y, axis=0) + eL * tl.sum(b_bound, axis=0), 0.0) - b_y
-    # w = Ti Y with Y = diag(beta exp(G)) K
-    b_bG = b_beta * eG
+    b_dk += b_dkh * eLG
+    b_y = tl.where((o < last)[:, None], b_dkh * b_k * eLG, 0.0)
+    b_bound = tl.sum(eL * b_bound[:, None], axis=1) if CHANNEL else eL * b_bound
+    b_dGt += tl.where((o == last)[:, None], (tl.sum(b_y, axis=0) + b_bound)[None, :], 0.0) - b_y
+    # w = Ti Y with Y = diag(beta) exp(G) K
+    b_bG = eG * b_beta[:, None]
     b_dY = mma(b_Tt, b_dw, FP32_DOT, tl.float32)
-    b_dk += b_dY * b_bG[:, None]
-    b_kdY = tl.sum(b_dY * b_k, axis=1) * eG
-    b_dbeta += b_kdY
-    b_dG += b_kdY * b_beta
-    b_dT += mma(b_dw, b_kt * b_bG[None, :], FP32_DOT, tl.float32)
-    # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) Gamma * K K^T)
-    b_dA = -mma(mma(b_Tt, b_dT, FP32_DOT, tl.float32), b_Tt, FP32_DOT, tl.float32)
+    b_dk += b_dY * b_bG
+    b_kdY = b_dY * b_k * eG
+    b_dbeta += tl.sum(b_kdY, axis=1)
+    b_dGt += b_kdY * b_beta[:, None]
+    b_dT += mma(b_dw, b_kt * (eG_t * b_beta[None, :]), FP32_DOT, tl.float32)
+    # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) (Gamma * K K^T)); Akk with CHANNEL. The
+    # solve's gradient in IEEE fp32, as the solve: with beta near 1, Ti's entries grow along the
+    # chunk, and tf32 operands here doubled kda's dbeta error (fp16, K = 100, strong decay)
+    b_dA = -mma(mma(b_Tt, b_dT, True, tl.float32), b_Tt, True, tl.float32)
     b_dA = tl.where(strict, b_dA, 0.0)
-    b_kk = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE)
-    b_r = b_dA * b_kk * gam
+    if CHANNEL:
+        b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
+    else:
+        b_kk = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE) * gam
+    b_r = b_dA * b_kk
     b_dbeta += tl.sum(b_r, axis=1)
-    b_r = b_r * b_beta[:, None]
-    b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
-    b_dAk = b_dA * gam * b_beta[:, None]
-    b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32)
-    b_dk += mma(_transposed(pairs, b_dAk, row, c0, T, H, BT), b_k, FP32_DOT, tl.float32)
+    b_dAk = b_dA * b_beta[:, None]
+    if CHANNEL:
+        store_rows(dAkk, b_dAk, row * BT, c0, T, H, BT, BT, BT, 0)
+    else:
+        b_r = b_r * b_beta[:, None]
+        b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
+        b_dAk = b_dAk * gam
+        b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32)
+        b_dk += mma(_transposed(pairs, b_dAk, row, c0, T, H, BT), b_k, FP32_DOT, tl.float32)
 
     store_rows(dq, b_dq, row * K, c0, T, H, K, BT, BK, 0)
     store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, 0)
     _store_vec(dbeta, b_dbeta, row, c0, T, H, BT)
-    if GATED:
+    if CHANNEL:
+        store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, 0)
+    elif GATED:
+        b_dG += tl.sum(b_dGt, axis=1)
         _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
 
 
@@ -338,10 +404,31 @@ def _blocks(K, V):
     return BK, 32, (8 if BK >= 128 else 4)
 
 
+def chunk_cumgate_channels(g: torch.Tensor, chunk: int) -> torch.Tensor:
+    """[B, T, H, K] float64: the inclusive cumsum of g [B, T, H, K] inside each chunk of `chunk`
+    rows (float64, so the pair kernels' differences of it keep float32 precision)."""
+    B, T, H, K = g.shape
+    NT = triton.cdiv(T, chunk)
+    padded = torch.zeros(B, NT * chunk, H, K, dtype=torch.float64, device=g.device)
+    padded[:, :T] = g
+    return padded.view(B, NT, chunk, H, K).cumsum(2).view(B, NT * chunk, H, K)[:, :T].contiguous()
+
+
+def chunk_reverse_cumsum(x: torch.Tensor, chunk: int) -> torch.Tensor:
+    """The reverse (suffix) cumsum of x [B, T, ...] inside each chunk of `chunk` rows, float32."""
+    B, T = x.shape[:2]
+    NT = triton.cdiv(T, chunk)
+    padded = x.new_zeros((B, NT * chunk) + x.shape[2:])
+    padded[:, :T] = x
+    view = padded.view((B, NT, chunk) + x.shape[2:])
+    return view.flip(2).cumsum(2).flip(2).reshape(padded.shape)[:, :T]
+
+
 class ChunkDeltaFunction(torch.autograd.Function):
     """Autograd wrapper around the four chunked kernels.
 
-    g: None (delta_rule; its gradient is None) or [B, T, H] (gated_delta_rule). chunk_offsets:
+    g: None (delta_rule; its gradient is None), [B, T, H] (gated_delta_rule) or [B, T, H, K] (kda:
+    its pair matrices come from chunk_pairs.py's kernels). chunk_offsets:
     None, or those of a packed batch's sequences on its aligned row (B = 1, ops/common/varlen.py):
     initial and final state [N, H, K, V].
     """
@@ -358,20 +445,28 @@ class ChunkDeltaFunction(torch.autograd.Function):
         BK, BV, num_warps = _blocks(K, V)
         grads = any(ctx.needs_input_grad[:7])
         f32 = dict(dtype=torch.float32, device=q.device)
-        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, num_warps=num_warps,
-                     **product_settings(q.dtype))
+        channel = g is not None and g.dim() == 4
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, CHANNEL=channel,
+                     num_warps=num_warps, **product_settings(q.dtype))
+        gc = Akk = Aqk = None
+        if channel:
+            gc = chunk_cumgate_channels(g, CHUNK)
+            Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
+            launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
+                   BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"])
         Ai = torch.empty(B, T, H, CHUNK, **f32) if grads else None
         w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
-        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, Ai, w, u, T, STORE_AI=grads, **modes)
+        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T,
+               STORE_AI=grads, **modes)
 
         o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
         ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
         states = torch.empty(B, H, NT, K, V, **f32) if grads else None
         vnew = torch.empty(B, T, H, V, **f32) if grads else None
-        launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, u, h0, o, ht, states,
+        launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, gc, Aqk, w, u, h0, o, ht, states,
                vnew, chunk_offsets, scale, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
                STORE=grads, VARLEN=chunk_offsets is not None, num_stages=1, **modes)
-        save_context(ctx, scale, output_final_state, q, k, v, beta, g, Ai, w, states, vnew,
+        save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, states, vnew,
                      chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
         return o.to(v.dtype), ht
@@ -379,32 +474,39 @@ class ChunkDeltaFunction(torch.autograd.Function):
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
-        q, k, v, beta, g, Ai, w, states, vnew = ctx.saved_tensors
+        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, states, vnew = ctx.saved_tensors
         need_h0 = ctx.needs_input_grad[6] and ctx.h0_dtype is not None
         B, T, H, K = q.shape
         V = v.shape[-1]
         N, NT = state_count(B, ctx.chunk_offsets), triton.cdiv(T, CHUNK)
         BK, BV, num_warps = _blocks(K, V)
         f32 = dict(dtype=torch.float32, device=q.device)
-        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, num_warps=num_warps,
-                     **product_settings(q.dtype))
+        channel = gc is not None
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, CHANNEL=channel,
+                     num_warps=num_warps, **product_settings(q.dtype))
         do, dht = upstream(ctx, v, do, dht)
 
         dhs = torch.empty(B, H, NT, K, V, **f32)
         dvnew = torch.empty(B, T, H, V, **f32)
         dh0 = torch.empty(N, H, K, V, **f32) if need_h0 else None
-        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, w, do, dht, dhs, dvnew,
+        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, gc, Aqk, w, do, dht, dhs, dvnew,
                dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
                VARLEN=ctx.chunk_offsets is not None, num_stages=1, **modes)
 
-        dq = torch.empty(q.shape, dtype=store_dtype(q.dtype), device=q.device)
-        dk = torch.empty(k.shape, dtype=store_dtype(k.dtype), device=k.device)
+        # with a gate per channel, the pair kernel adds to dq, dk and dG: float32 until then
+        dq = torch.empty(q.shape, dtype=torch.float32 if channel else store_dtype(q.dtype), device=q.device)
+        dk = torch.empty(k.shape, dtype=torch.float32 if channel else store_dtype(k.dtype), device=k.device)
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
         dg = None if g is None else torch.empty(g.shape, **f32)
-        pairs = torch.empty(B, T, H, CHUNK, **f32)
-        launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, Ai, states, vnew, do, dhs, dvnew,
-               pairs, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
+        pairs = None if channel else torch.empty(B, T, H, CHUNK, **f32)
+        dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
+        launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, states, vnew, do,
+               dhs, dvnew, pairs, dAqk, dAkk, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
+        if channel:
+            launch(pair_grads_kernel, flat_grid(NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
+                   K=K, BT=CHUNK, BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"])
+            dg = chunk_reverse_cumsum(dg, CHUNK)
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
@@ -413,12 +515,15 @@ class ChunkDeltaFunction(torch.autograd.Function):
 def chunk_delta(q, k, v, beta, g, scale, initial_state, output_final_state, cu_seqlens=None):
     """The shared launcher; the public functions check their arguments and call this.
 
-    g: None or [B, T, H]. cu_seqlens: None, or a packed batch's checked sequence starts (host
+    g: None, [B, T, H] or [B, T, H, K]. cu_seqlens: None, or a packed batch's checked sequence starts (host
     ints, `check_inputs`'s sizes["cu_seqlens"]), run on its aligned row (ops/common/varlen.py).
     """
-    if g is not None and g.dim() == 4:
-        raise NotImplementedError("chunked kernels with a gate per key channel (kda) are not built yet")
-    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    K = q.shape[-1]
+    scale = K ** -0.5 if scale is None else float(scale)
+    if K > WIDEST_SCALAR_GATE and (g is None or g.dim() == 3):
+        # the kernels of a gate per key channel, with one gate in every channel (zero without one;
+        # expand's gradient sums the channels' back into g's)
+        g = (beta.new_zeros(beta.shape, dtype=torch.float32) if g is None else g)[..., None].expand(*beta.shape, K)
     packing = None if cu_seqlens is None else Packing(cu_seqlens, CHUNK, q.device)
     return apply_packed(ChunkDeltaFunction, packing, (q, k, v, beta, g), (True,) * 5,
                         scale, initial_state, bool(output_final_state))

@@ -7,8 +7,8 @@ OP = OpSpec(
     name="kda",
     description="S_t = (I - beta_t k_t^T k_t) diag(exp(g_t)) S_{t-1} + beta_t k_t^T v_t; o_t = scale q_t S_t",
     inputs=UNIT_QK + (V, InputSpec("g", ("B", "T", "H", "K"), kind="gate"), BETA),
-    variants=kernels("kda", "fused_recurrent"),
-    upstream=fla("kda", "fused_recurrent"),
+    variants=kernels("kda", "chunk", "fused_recurrent"),
+    upstream=fla("kda", "chunk", "fused_recurrent"),
     options=OPTIONS,
     layer=LayerSpec("fla_kernels.layers:KimiDeltaAttention"),
 )
