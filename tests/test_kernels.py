@@ -89,8 +89,9 @@ RECURRENT_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
 ]
 # one kernel set, ops/common/fused_recurrent_delta.py; the gate strength also sets beta's spread
 DELTA_FAMILY = ["delta_rule-fused_recurrent", "gated_delta_rule-fused_recurrent", "kda-fused_recurrent"]
-# one kernel set, ops/common/chunk_delta.py: T across the 64-token chunks
-DELTA_CHUNKED = ["delta_rule-chunk", "gated_delta_rule-chunk", "kda-chunk"]
+# one kernel set, ops/common/chunk_delta.py: T across the 64-token chunks (kda's per-channel
+# specialisation has its own tests in test_delta_rule.py and the checks of test_checks.py)
+DELTA_CHUNKED = ["delta_rule-chunk", "gated_delta_rule-chunk"]
 DELTA_CHUNK_CASES = [   # dtype, gate, B, T, H, K, V, initial state, final state
     (FP32, "strong", 1, CHUNK + 1, 2, 16, 8, True, True),     # two chunks, beta near 0 and 1
     (FP32, "normal", 2, 1, 1, 12, 40, False, True),           # a decode step, two V-blocks, K not a power of 2
