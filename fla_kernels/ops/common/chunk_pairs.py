@@ -94,19 +94,26 @@ def _pair_sums(Dx, x, x_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexp
     return acc
 
 
-@triton.jit(do_not_specialize=["T"])
-def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-                  BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
-    """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32."""
+@triton.jit
+def _chunk_tiles(q, k, gc, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """(c0, row, base, q, k [BT, BK] float32, G [BT, BK] float64) of a per-chunk program on
+    flat_grid(chunks, B * H): its first row c0, row (tiles.head_program), base = row * K."""
     i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
     c0 = i_c * BT
     base = row * K
+    t = c0 + tl.arange(0, BT)
+    return (c0, row, base, load_rows(q, base, c0, T, H, K, BT, BK, 0),
+            load_rows(k, base, c0, T, H, K, BT, BK, 0), cumgate_rows(gc, base, t, t < T, H, K, BK))
+
+
+@triton.jit(do_not_specialize=["T"])
+def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                 BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
+    """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32."""
+    c0, row, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, T, H, K, BT, BK)
     r = tl.arange(0, BT)
     t = c0 + r
-    b_q = load_rows(q, base, c0, T, H, K, BT, BK, 0)
-    b_k = load_rows(k, base, c0, T, H, K, BT, BK, 0)
     b_kt = load_rows_t(k, base, c0, T, H, K, BT, BK, 0)
-    b_G = cumgate_rows(gc, base, t, t < T, H, K, BK)
     b_Gt = cumgate_cols(gc, base, t, t < T, H, K, BK)
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)
     b_qk = tl.zeros([BT, BT], dtype=tl.float32)
@@ -132,16 +139,10 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 
 @triton.jit(do_not_specialize=["T"])
 def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: tl.constexpr,
-                       BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
+                      BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
     """Per chunk: adds the pair matrices' parts to dq, dk, dG [B, T, H, K] float32 in place."""
-    i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
-    c0 = i_c * BT
-    base = row * K
+    c0, row, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, T, H, K, BT, BK)
     r = tl.arange(0, BT)
-    t = c0 + r
-    b_q = load_rows(q, base, c0, T, H, K, BT, BK, 0)
-    b_k = load_rows(k, base, c0, T, H, K, BT, BK, 0)
-    b_G = cumgate_rows(gc, base, t, t < T, H, K, BK)
     b_D = load_rows(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_E = load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Dt = load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
