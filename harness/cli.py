@@ -9,6 +9,7 @@ import itertools
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
@@ -102,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--force", action="store_true",
                        help="replace the run already in --out (without it, an existing run is kept)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    sweep.add_argument("--jobs", type=int,
+                       help="worker processes, each seeing one GPU in turn, dealt the cases as they "
+                            "free up (default: one per visible GPU, one on a CPU)")
+    sweep.add_argument("--shard", metavar="I/N",
+                       help="run shard I of N: a deterministic 1/N of the cases, balanced by cost "
+                            "(`report` merges the shards' results and checks none is missing)")
     _add_gate_parser(sub)
     report = sub.add_parser("report", help="re-render the HTML and markdown of finished results, or "
                                            "compare them with a baseline run")
@@ -174,7 +181,9 @@ def _add_gate_parser(sub):
     gate.add_argument("--noise-roundings", type=float,
                       help="roundings of the golden a tensor's err may move by between machines "
                            "on top of the growth factor (default: gate.json's)")
-    gate.add_argument("--jobs", type=int, default=1, help="sweeps run at once (one process per op)")
+    gate.add_argument("--jobs", type=int,
+                      help="sweeps run at once, one process per op, each seeing one GPU in turn "
+                           "(default: one per visible GPU, one on a CPU)")
     gate.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
     gate.add_argument("--force", action="store_true",
                       help="replace an earlier gate run in --out (without it, it is kept)")
@@ -275,26 +284,72 @@ def cmd_list() -> int:
     return 0
 
 
-def cmd_sweep(args) -> int:
+@dataclass
+class SweepSetup:
+    """A sweep's validated plan: its cases, the checks of each (given over the whole plan, so a
+    shard's or a worker's case runs those it runs in one whole sweep), the indices this run owes
+    (its shard's), and the golden cache."""
+    plan: list
+    preset: str
+    case_checks: list
+    indices: list
+    shard: tuple | None
+    cache: GoldenCache | None
+
+
+def sweep_setup(args) -> SweepSetup:
+    """Everything a sweep (or one of its workers, from the same arguments) needs before a case
+    runs; UsageError for any mistake."""
+    from harness.checks import checks_per_case
+    from harness.shards import parse_shard, shard_indices
+    if isinstance(args, list):
+        args = build_parser().parse_args(args)
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as exc:
+        raise UsageError(str(exc))
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
     plan, preset = plan_sweep(args)
+    checks = () if args.checks == ["none"] else tuple(args.checks)
+    cache = None if args.no_golden_cache else GoldenCache(args.golden_cache or default_dir())
+    return SweepSetup(plan, preset, checks_per_case(plan, checks), shard_indices(plan, shard), shard,
+                      cache)
+
+
+def cmd_sweep(args) -> int:
+    setup = sweep_setup(args)
+    from harness.parallel import WorkersFailed, default_jobs, run_parallel_sweep
+    from harness.shards import write_plan
     from harness.sweep import DeviceLost, run_sweep
     from reports import read_results, render_terminal
     label = "-".join(args.op) + "-" + "-".join(args.dtype)
     run_id = new_run_id(label)
     out = _run_folder(args.out, Path("results") / run_id, args.resume, args.force)
     tell_run_folder(out)
-    print(f"run {run_id}: {len(plan)} cases ({preset} preset) -> {out}", flush=True)
-    checks = () if args.checks == ["none"] else tuple(args.checks)
-    cache = None if args.no_golden_cache else GoldenCache(args.golden_cache or default_dir())
+    plan, indices, cache = setup.plan, setup.indices, setup.cache
+    jobs = min(args.jobs or default_jobs(), max(1, len(indices)))
+    shard = f", shard {args.shard}: {len(indices)} of them" if setup.shard else ""
+    workers = f", {jobs} workers" if jobs > 1 else ""
+    print(f"run {run_id}: {len(plan)} cases ({setup.preset} preset{shard}{workers}) -> {out}", flush=True)
+    write_plan(out, plan, indices, setup.shard)
     try:
-        outcome = run_sweep(plan, out, run_id, resume=args.resume, progress=not args.quiet,
-                            checks=checks, cache=cache)
+        if jobs > 1:
+            outcome = run_parallel_sweep(args.argv, plan, indices, out, run_id, jobs,
+                                         resume=args.resume, progress=not args.quiet)
+        else:
+            outcome = run_sweep([plan[i] for i in indices], out, run_id, resume=args.resume,
+                                progress=not args.quiet, cache=cache,
+                                case_checks=[setup.case_checks[i] for i in indices])
     except DeviceLost as lost:
         print(f"{lost}\ngoing on in a new process: the same sweep with --resume --out {out}",
               flush=True)
         restart_sweep(args.argv, out)
     except RunFolderError as exc:  # a results file that cannot be resumed
         raise UsageError(str(exc))
+    except WorkersFailed as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
     df = read_results([outcome.csv_path])
     print(render_terminal(df))
     stored = ("" if cache is None else
@@ -303,12 +358,22 @@ def cmd_sweep(args) -> int:
           f"resumed{stored}; csv {outcome.csv_path}; html {outcome.html_path}; "
           f"markdown {outcome.markdown_path}")
     if outcome.interrupted:
-        left = len(plan) - outcome.cases_run - outcome.cases_skipped
-        print(f"interrupted: {left} of {len(plan)} cases not run; continue with\n  "
+        left = len(indices) - outcome.cases_run - outcome.cases_skipped
+        print(f"interrupted: {left} of {len(indices)} cases not run; continue with\n  "
               f"{resume_command(args.argv, out)}", flush=True)
         return 130
     bad = df["verdict"].isin(["FAIL", "ERROR"]).any()
     return 1 if bad else 0
+
+
+def whole_sweeps(csv_paths):
+    """UsageError unless the results files make whole sweeps: no case twice, none a run or a
+    shard owes missing (harness.shards)."""
+    from harness.shards import MergeError, check_whole
+    try:
+        check_whole(csv_paths)
+    except MergeError as exc:
+        raise UsageError(str(exc))
 
 
 def _run_folder(out, default, resume=False, force=False) -> Path:
@@ -324,6 +389,7 @@ def cmd_report(args) -> int:
     for path in args.csv + (args.baseline or []):
         if not path.exists():
             raise UsageError(f"no results file {path}")
+    whole_sweeps(args.csv)
     df = read_results(args.csv)
     if args.baseline:
         from harness.gate import GateConfig

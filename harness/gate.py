@@ -10,6 +10,8 @@ machines.json the machine each was written on (both written by `gate --update-ba
 from __future__ import annotations
 
 import json
+import os
+import queue
 import re
 import subprocess
 import sys
@@ -115,16 +117,26 @@ def sweep_command(op: str, suite: dict, out: Path, impls=(), cache_args=()) -> l
 
 def run_sweeps(ops, suite: list[dict], out_dir: Path, impls=(), jobs: int = 1, cache_args=(),
                echo=print) -> list[tuple]:
-    """Sweep each op in its own process per part of the suite, `jobs` at a time; [(op, results
-    CSV, exit code)]. Each sweep's output goes to <out_dir>/<op>[/part<i>]/sweep.log; a line is
-    printed as each finishes."""
+    """Sweep each op in its own process per part of the suite, `jobs` at a time, each seeing one
+    GPU in turn (harness.parallel.worker_devices); [(op, results CSV, exit code)]. Each sweep's
+    output goes to <out_dir>/<op>[/part<i>]/sweep.log; a line is printed as each finishes."""
+    from harness.parallel import DEVICES, worker_devices
+    devices = queue.Queue()
+    for dev in worker_devices(max(1, jobs)):
+        devices.put(dev)
+
     def one(op, i):
         folder = out_dir / op / (f"part{i}" if len(suite) > 1 else "")
         folder.mkdir(parents=True, exist_ok=True)
+        dev = devices.get()
+        env = {**os.environ, **({DEVICES: dev} if dev is not None else {})}
         start = time.perf_counter()
-        with open(folder / "sweep.log", "w") as log:
-            code = subprocess.run(sweep_command(op, suite[i], folder, impls, cache_args), stdout=log,
-                                  stderr=subprocess.STDOUT).returncode
+        try:
+            with open(folder / "sweep.log", "w") as log:
+                code = subprocess.run(sweep_command(op, suite[i], folder, impls, cache_args), stdout=log,
+                                      stderr=subprocess.STDOUT, env=env).returncode
+        finally:
+            devices.put(dev)
         return op, folder / "results.csv", code, time.perf_counter() - start
 
     finished = []
@@ -218,13 +230,21 @@ def run_gate(args, plan_check, echo=print) -> int:
     klass = args.device_class or device_class()
     suite = config.suite(klass)
     settings = config.comparison(args.growth_factor, args.ratio_floor, args.noise_roundings)
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise GateSetupError("--jobs must be at least 1")
+    from harness.parallel import default_jobs
+    jobs = args.jobs or default_jobs()
     if args.update_baseline and args.impl:
         raise GateSetupError("a baseline is written from our kernels; drop --impl with --update-baseline")
     for path in args.results or []:
         if not path.exists():
             raise GateSetupError(f"no results file {path}")
+    if args.results:
+        from harness.shards import MergeError, check_whole
+        try:
+            check_whole(args.results)
+        except MergeError as exc:
+            raise GateSetupError(str(exc))
     given = read_results(args.results) if args.results else None
     selection = _selection(args, list(OPS), None if given is None else set(given["op"]))
     plan_check(selection.ops, args.impl)
@@ -246,9 +266,9 @@ def run_gate(args, plan_check, echo=print) -> int:
     if given is not None:
         candidate = given[given["op"].isin(selection.ops)]
     else:
-        echo(f"sweeping {len(selection.ops)} op(s), {args.jobs} at a time, into {out}", flush=True)
+        echo(f"sweeping {len(selection.ops)} op(s), {jobs} at a time, into {out}", flush=True)
         cache_args = ["--no-golden-cache"] if args.no_golden_cache else []
-        finished = run_sweeps(selection.ops, suite, out, args.impl, args.jobs, cache_args, echo)
+        finished = run_sweeps(selection.ops, suite, out, args.impl, jobs, cache_args, echo)
         crashed = [(op, code) for op, _, code in finished if code not in (0, 1)]
         candidate = read_results([p for _, p, _ in finished if p.exists()])
     made_on = machine() if given is None else machine_of(candidate)

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 RUN_FILES = ("results.csv", "report.html", "summary.md", "compare.html", "gate-summary.md",
-             "in_progress.json")   # the last: harness.supervisor.MARKER
+             "in_progress.json", "plan.json")   # harness.supervisor.MARKER, harness.shards.PLAN_FILE
 
 
 class RunFolderError(ValueError):

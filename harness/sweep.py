@@ -49,7 +49,7 @@ class SweepOutcome:
 
 def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Path, run_id: str,
               resume: bool = False, progress: bool = True, checks=EXTRA_CHECKS,
-              cache=None, healthy=device_healthy, echo=print) -> SweepOutcome:
+              cache=None, healthy=device_healthy, echo=print, case_checks=None) -> SweepOutcome:
     """Run the planned cases in order; each case's rows reach the CSV as it finishes. `cache`: a
     GoldenCache, or None to compute every golden. With `resume`, the cases the CSV already holds
     whole are skipped, so the run ends with the rows of one that was never interrupted.
@@ -61,50 +61,32 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
 
     The case under way is recorded in the run folder until its rows are written
     (harness.supervisor.MARKER); a record found by `resume` is a case whose process died: it gets
-    ERROR rows and is done."""
+    ERROR rows and is done. `case_checks`: the checks of each planned case, when the plan is part
+    of a larger one (harness.checks.checks_per_case of the whole plan)."""
     out_dir = Path(out_dir)
-    csv_path = out_dir / "results.csv"
-    finished = read_finished(csv_path) if resume and csv_path.exists() else None
-    if finished is not None and finished.dropped:
-        echo(finished.dropped, flush=True)
-    if not resume and csv_path.exists():
-        csv_path.unlink()
-    done = finished.cases if finished else set()
-    run_id = (finished and finished.run_id) or run_id
-    shared = {"run_id": run_id, **run_fields()}
+    run = open_run(out_dir, run_id, resume, echo)
     dev = device()
     start = time.perf_counter()
     ran = skipped = failures = 0
     interrupted = False
-    case_checks = checks_per_case(plan, checks)
-    with ResultWriter(csv_path) as writer:
+    case_checks = checks_per_case(plan, checks) if case_checks is None else case_checks
+    with ResultWriter(run.csv_path) as writer:
         died = read_marker(out_dir) if resume else None
         if died is not None:
-            failures += _write_death(died, plan, done, writer, shared, echo)
+            failures += _write_death(died, plan, run.done, writer, run.shared, echo)
             drop_marker(out_dir)
         bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
         try:
             for (spec, case, impls), own_checks in zip(bar, case_checks):
-                if case.case_id in done:
+                if case.case_id in run.done:
                     skipped += 1
                     continue
                 where = CaseInProgress(out_dir, case.case_id)
                 try:
-                    try:
-                        rows = run_case(spec, case, impls, dev, own_checks, cache, where)
-                        error = None
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as exc:
-                        if healthy(dev):
-                            raise
-                        rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
-                    lost = error is not None or not healthy(dev)
-                    if lost:
-                        rows = _rows_before_loss(rows, case, impls, error)
+                    rows, lost = case_rows(spec, case, impls, dev, own_checks, cache, where, healthy)
                     failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
                     where["step"] = WRITING
-                    writer.write_case([{**shared, **r} for r in rows])
+                    writer.write_case([{**run.shared, **r} for r in rows])
                 finally:
                     where.finish()   # a process that dies before this leaves the marker behind
                 if lost:
@@ -116,10 +98,57 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
             interrupted = True
         finally:
             bar.close()
-    wall = time.perf_counter() - start
-    html_path, md_path = _render(csv_path, out_dir, {"run_id": run_id, "wall_s": wall, **shared})
-    return SweepOutcome(csv_path, html_path, md_path, wall, ran, skipped, interrupted,
-                        finished.dropped if finished else "")
+    return run.outcome(time.perf_counter() - start, ran, skipped, interrupted)
+
+
+@dataclass
+class OpenRun:
+    """A run folder's results file as a sweep starts writing it: the cases it already holds whole
+    (with --resume), the run id they carry, and the columns every row of the run shares."""
+    out_dir: Path
+    csv_path: Path
+    run_id: str
+    shared: dict
+    done: set
+    dropped: str
+
+    def outcome(self, wall: float, ran: int, skipped: int, interrupted: bool) -> SweepOutcome:
+        """Render the reports of the rows written, and say what the run did."""
+        html_path, md_path = _render(self.csv_path, self.out_dir,
+                                     {"run_id": self.run_id, "wall_s": wall, **self.shared})
+        return SweepOutcome(self.csv_path, html_path, md_path, wall, ran, skipped, interrupted,
+                            self.dropped)
+
+
+def open_run(out_dir: Path, run_id: str, resume: bool, echo=print) -> OpenRun:
+    """The results file of `out_dir`: read back for --resume (its incomplete cases dropped, and
+    said so), else started afresh."""
+    csv_path = Path(out_dir) / "results.csv"
+    finished = read_finished(csv_path) if resume and csv_path.exists() else None
+    if finished is not None and finished.dropped:
+        echo(finished.dropped, flush=True)
+    if not resume and csv_path.exists():
+        csv_path.unlink()
+    run_id = (finished and finished.run_id) or run_id
+    return OpenRun(Path(out_dir), csv_path, run_id, {"run_id": run_id, **run_fields()},
+                   set(finished.cases) if finished else set(), finished.dropped if finished else "")
+
+
+def case_rows(spec: OpSpec, case: Case, impls, dev, checks, cache, where: dict,
+              healthy=device_healthy) -> tuple[list[dict], bool]:
+    """The case's rows, and whether the GPU context was lost in it (then the rows end at the
+    first error, with an ERROR row saying so). An exception that escapes the case propagates
+    unless the context died with it."""
+    try:
+        rows, error = run_case(spec, case, impls, dev, checks, cache, where), None
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        if healthy(dev):
+            raise
+        rows, error = [], f"{describe_error(exc)}, surfaced during {where.get('step')}"
+    lost = error is not None or not healthy(dev)
+    return (_rows_before_loss(rows, case, impls, error) if lost else rows), lost
 
 
 def _write_death(marker: dict, plan, done: set, writer: ResultWriter, shared: dict, echo) -> int:

@@ -122,18 +122,20 @@ def test_the_cli_restarts_the_same_sweep_resuming_into_the_same_folder(tmp_path,
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU whose context a kernel can kill")
-def test_a_kernel_that_kills_the_context_costs_only_its_case(tmp_path):
+@pytest.mark.parametrize("jobs,restart", [("1", "going on in a new process"),
+                                          ("2", "a new worker takes its device")])
+def test_a_kernel_that_kills_the_context_costs_only_its_case(tmp_path, jobs, restart):
     """On the GPU, end to end: the out-of-bounds store at T = 30 takes its case, and the sweep's
-    new process runs T = 40."""
+    new process (or, with workers, the worker that replaces the one that lost it) runs the rest."""
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, "-m", "harness", "sweep", "--op", "rwkv6", "--variant", "chunk", "--impl",
          "chunk=tests.broken_triton:chunk_rwkv6_killing_the_context_at_T30", "--dtype", "fp32",
          "--T", "20,30,40", "--H", "1", "--K", "16", "--V", "16", "--h0", "none", "--gate", "normal",
-         "--checks", "none", "--no-golden-cache", "--quiet", "--out", str(out)],
+         "--checks", "none", "--no-golden-cache", "--quiet", "--jobs", jobs, "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "going on in a new process" in done.stdout
+    assert restart in done.stdout
     rows = pd.read_csv(out / "results.csv")
     assert sorted(rows["T"].unique()) == [20, 30, 40]
     assert (rows[rows["T"] != 30]["verdict"] == "PASS").all()

@@ -1,0 +1,279 @@
+"""A sweep spread over worker processes: one per GPU by default, each seeing one device.
+
+The dealing process starts the workers, hands each the next case as it frees up (the costliest
+first, so the long cases do not end the run alone), and is the only writer of results.csv: a case's
+rows reach it whole, as the case finishes, whichever worker ran it. A worker whose GPU context
+dies, or whose process dies, costs only its case (ERROR rows saying how, as in a one-process
+sweep); a new worker takes its device. The workers rebuild the plan from the sweep's own
+arguments, so a case is known by its place in the plan."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from harness.supervisor import describe_exit
+
+DEVICES = "CUDA_VISIBLE_DEVICES"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them ([] without CUDA)."""
+    import torch
+    if not torch.cuda.is_available():
+        return []
+    named = [d.strip() for d in os.environ.get(DEVICES, "").split(",") if d.strip()]
+    return named[:torch.cuda.device_count()] or [str(i) for i in range(torch.cuda.device_count())]
+
+
+def default_jobs() -> int:
+    """One worker per visible GPU; one process on a CPU or a one-GPU machine."""
+    return max(1, len(visible_gpus()))
+
+
+def worker_devices(jobs: int) -> list[str | None]:
+    """The device each of `jobs` workers sees: the GPUs in turn, or None (as this process) on CPU."""
+    gpus = visible_gpus()
+    return [gpus[i % len(gpus)] if gpus else None for i in range(jobs)]
+
+
+def case_cost(case) -> int:
+    """A case's work, roughly: its tokens times its state size (the long cases first)."""
+    return case.B * case.T * max(case.H, 1) * max(case.K, 1) * max(case.V, 1)
+
+
+def dealing_order(plan, indices) -> list[int]:
+    """`indices` of the plan, costliest case first (plan order among equals)."""
+    return sorted(indices, key=lambda i: -case_cost(plan[i][1]))
+
+
+@contextmanager
+def _environment(**values):
+    """os.environ with `values` set (None: removed) while a worker process starts."""
+    old = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class _Reporting(dict):
+    """A worker's `where` of its case: each change goes to the dealer (for progress, and for the
+    rows of a case whose process dies)."""
+
+    def __init__(self, conn, case_id):
+        super().__init__()
+        self.conn, self.case_id = conn, case_id
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.conn.send(("step", dict(self)))
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        self.conn.send(("step", dict(self)))
+
+
+def _worker(argv: list[str], conn):
+    """A worker's life: rebuild the plan from the sweep's arguments, then run the cases the dealer
+    sends (their index in the plan) until told to stop or its GPU context is lost."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the dealer's to act on
+    import fla_kernels  # noqa: F401  (the Triton interpreter is set up before any kernel is defined)
+    from harness.cli import sweep_setup
+    from harness.environment import device
+    from harness.sweep import case_rows
+    setup = sweep_setup(argv)
+    dev = device()
+    conn.send(("ready",))
+    while True:
+        try:
+            index = conn.recv()
+        except EOFError:   # the dealer is gone
+            return
+        if index is None:
+            return
+        spec, case, impls = setup.plan[index]
+        rows, lost = case_rows(spec, case, impls, dev, setup.case_checks[index], setup.cache,
+                               _Reporting(conn, case.case_id))
+        conn.send(("rows", index, rows, lost))
+        if lost:
+            return
+
+
+@dataclass
+class _Slot:
+    """One worker place: the device it sees, its process, and the case it runs."""
+    number: int
+    device: str | None
+    process: multiprocessing.Process | None = None
+    conn: object = None
+    ready: bool = False
+    case: int | None = None
+    where: dict = field(default_factory=dict)
+    bar: object = None
+
+    def label(self) -> str:
+        return f"worker {self.number}" + (f" (GPU {self.device})" if self.device is not None else "")
+
+
+class WorkersFailed(RuntimeError):
+    """No worker could start, so the cases left cannot run."""
+
+
+def run_parallel_sweep(argv: list[str], plan, indices, out_dir: Path, run_id: str, jobs: int,
+                       resume: bool = False, progress: bool = True, echo=print):
+    """Run the planned cases `indices` in `jobs` worker processes (harness.sweep.run_sweep's
+    contract: the rows of a one-process run, resumable, a SweepOutcome)."""
+    from harness.results import ResultWriter
+    from harness.sweep import _write_death, open_run
+    from harness.supervisor import drop_marker, read_marker
+
+    run = open_run(Path(out_dir), run_id, resume, echo)
+    start = time.perf_counter()
+    with ResultWriter(run.csv_path) as writer:
+        died = read_marker(out_dir) if resume else None   # left by a one-process run of this folder
+        bad = 0
+        if died is not None:
+            bad = _write_death(died, plan, run.done, writer, run.shared, echo)
+            drop_marker(out_dir)
+        todo = [i for i in dealing_order(plan, indices) if plan[i][1].case_id not in run.done]
+        dealer = _Dealer(argv, plan, todo, writer, run, jobs, progress, echo, bad)
+        try:
+            dealer.run()
+        except KeyboardInterrupt:
+            dealer.interrupted = True
+        finally:
+            dealer.close()
+    if dealer.todo and not dealer.interrupted:
+        raise WorkersFailed(f"no worker could start; {len(dealer.todo)} case(s) not run (the "
+                            "workers' errors are above)")
+    return run.outcome(time.perf_counter() - start, dealer.ran, len(indices) - len(todo),
+                       dealer.interrupted)
+
+
+class _Dealer:
+    """Hands cases to workers as they free up and writes each case's rows as it comes back."""
+
+    def __init__(self, argv, plan, todo, writer, run, jobs, progress, echo, bad=0):
+        from tqdm import tqdm
+        self.argv, self.plan, self.todo, self.writer, self.run_ = argv, plan, list(todo), writer, run
+        self.echo, self.bad, self.ran, self.interrupted = echo, bad, 0, False
+        self.context = multiprocessing.get_context("spawn")
+        self.bar = tqdm(total=len(todo), desc="cases", unit="case", disable=not progress,
+                        dynamic_ncols=True)
+        self.slots = [_Slot(n + 1, d) for n, d in enumerate(worker_devices(min(jobs, max(1, len(todo)))))]
+        for slot in self.slots:
+            slot.bar = tqdm(total=0, position=slot.number, bar_format="{desc}", disable=not progress,
+                            leave=False)
+
+    def run(self):
+        if not self.todo:
+            return
+        for slot in self.slots:
+            self._start(slot)
+        while any(s.process is not None for s in self.slots):
+            live = {s.conn: s for s in self.slots if s.process is not None}
+            for conn in wait(list(live)):
+                self._receive(live[conn])
+
+    def _start(self, slot: _Slot):
+        parent, child = self.context.Pipe()
+        with _environment(**({DEVICES: slot.device} if slot.device is not None else {})):
+            slot.process = self.context.Process(target=_worker, args=(self.argv, child), daemon=True)
+            slot.process.start()
+        child.close()
+        slot.conn, slot.ready, slot.case, slot.where = parent, False, None, {}
+        slot.bar.set_description_str(f"{slot.label()}: starting")
+
+    def _deal(self, slot: _Slot):
+        """The next case to the slot's worker, or the word to stop."""
+        slot.where = {}
+        if self.todo:
+            slot.case = self.todo.pop(0)
+            slot.conn.send(slot.case)
+            slot.bar.set_description_str(f"{slot.label()}: {self._case_id(slot.case)}")
+        else:
+            slot.case = None
+            slot.conn.send(None)
+            slot.process.join()
+            slot.process = None
+            slot.bar.set_description_str(f"{slot.label()}: done")
+
+    def _case_id(self, index) -> str:
+        return self.plan[index][1].case_id
+
+    def _receive(self, slot: _Slot):
+        try:
+            message = slot.conn.recv()
+        except (EOFError, OSError):
+            self._died(slot)
+            return
+        kind = message[0]
+        if kind == "ready":
+            slot.ready = True
+            self._deal(slot)
+        elif kind == "step":
+            slot.where = message[1]
+            slot.bar.set_description_str(
+                f"{slot.label()}: {self._case_id(slot.case)}: {slot.where.get('step') or ''}"[:160])
+        else:
+            _, index, rows, lost = message
+            self._write(rows)
+            if lost:
+                self.echo(f"{slot.label()}: the GPU context was lost in case {self._case_id(index)}; "
+                          "a new worker takes its device", flush=True)
+                slot.process.join()
+                self._start(slot)
+            else:
+                self._deal(slot)
+
+    def _write(self, rows: list[dict]):
+        self.bad += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
+        self.writer.write_case([{**self.run_.shared, **r} for r in rows])
+        self.run_.done.add(rows[0]["case_id"])
+        self.ran += 1
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"bad rows={self.bad}")
+
+    def _died(self, slot: _Slot):
+        """A worker's process ended unasked: its case (if any) gets the ERROR rows of a death, and
+        a new worker takes the slot; one that died before it was ready leaves the slot empty."""
+        from harness.sweep import _write_death
+        slot.process.join(timeout=30)
+        code = slot.process.exitcode
+        cause = describe_exit(code) if code is not None else "its process stopped answering"
+        slot.process = None
+        if not slot.ready:
+            self.echo(f"{slot.label()} could not start ({cause}); its device is left out", flush=True)
+            slot.bar.set_description_str(f"{slot.label()}: could not start")
+            return
+        self.echo(f"{slot.label()} died ({cause}) in case {self._case_id(slot.case)}; a new worker "
+                  "takes its device", flush=True)
+        marker = {"case_id": self._case_id(slot.case), **slot.where, "died": cause}
+        self.bad += _write_death(marker, self.plan, self.run_.done, self.writer, self.run_.shared,
+                                 self.echo)
+        self.ran += 1
+        self.bar.update(1)
+        self._start(slot)
+
+    def close(self):
+        for slot in self.slots:
+            if slot.process is not None:
+                slot.process.terminate()
+                slot.process.join()
+            slot.bar.close()
+        self.bar.close()

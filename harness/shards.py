@@ -1,0 +1,105 @@
+"""A sweep split over hosts: `--shard I/N` runs a deterministic 1/N of the cases, balanced by cost,
+so that a Slurm job array or a CI matrix runs the N shards; each run folder records which cases it
+owes (plan.json), and merging shards checks that every case of the sweep is there exactly once."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from harness.parallel import case_cost
+
+PLAN_FILE = "plan.json"
+
+
+class MergeError(ValueError):
+    """Results that do not make one whole sweep: one sentence."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'2/3' -> (2, 3); ValueError for anything but I/N with 1 <= I <= N."""
+    part, sep, whole = text.partition("/")
+    try:
+        i, n = int(part), int(whole)
+    except ValueError:
+        i = n = 0
+    if not sep or not 1 <= i <= n:
+        raise ValueError(f"--shard '{text}' is not I/N with 1 <= I <= N (e.g. 2/3)")
+    return i, n
+
+
+def shard_indices(plan, shard: tuple[int, int] | None) -> list[int]:
+    """The plan indices shard (I, N) runs, in plan order: the cases dealt costliest first, each to
+    the shard with the least work so far (the lowest-numbered among equals). Every index in
+    exactly one shard; the same plan gives the same split on every machine."""
+    if shard is None:
+        return list(range(len(plan)))
+    i, n = shard
+    load = [0] * n
+    owner = {}
+    for index in sorted(range(len(plan)), key=lambda k: (-case_cost(plan[k][1]), k)):
+        target = min(range(n), key=lambda s: (load[s], s))
+        owner[index] = target
+        load[target] += case_cost(plan[index][1])
+    return [k for k in range(len(plan)) if owner[k] == i - 1]
+
+
+def sweep_fingerprint(plan) -> str:
+    """The whole sweep's cases, hashed: shards of one sweep share it."""
+    ids = "\n".join(case.case_id for _, case, _ in plan)
+    return hashlib.sha256(ids.encode()).hexdigest()[:16]
+
+
+def write_plan(out: Path, plan, indices, shard: tuple[int, int] | None):
+    """Record in the run folder the cases this run owes, and which sweep and shard they are of."""
+    record = {"sweep": sweep_fingerprint(plan), "sweep_cases": len(plan),
+              "shard": list(shard) if shard else None,
+              "cases": [plan[i][1].case_id for i in indices]}
+    (Path(out) / PLAN_FILE).write_text(json.dumps(record, indent=0) + "\n")
+
+
+def read_plan(csv_path: Path) -> dict | None:
+    path = Path(csv_path).parent / PLAN_FILE
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _cases(csv_path) -> set:
+    import pandas as pd
+    return set(pd.read_csv(csv_path, usecols=["case_id"], dtype=str, keep_default_na=False)["case_id"])
+
+
+def check_whole(csv_paths) -> None:
+    """Raise MergeError unless the results files hold no case twice and every case their plans
+    owe: of each run its cases, and of each sharded sweep every shard."""
+    by_file = {}
+    for path in map(str, csv_paths):
+        if path in by_file:
+            raise MergeError(f"{path} is given twice: merge each shard once")
+        by_file[path] = _cases(path)
+    seen = {}
+    for path, cases in by_file.items():
+        for case in sorted(cases):
+            if case in seen:
+                raise MergeError(f"case {case} is in both {seen[case]} and {path}: merge each "
+                                 "shard once")
+            seen[case] = path
+    sweeps = {}
+    for path in csv_paths:
+        plan = read_plan(path)
+        if plan is None:
+            continue
+        missing = [c for c in plan["cases"] if c not in by_file[str(path)]]
+        if missing:
+            where = f"shard {plan['shard'][0]}/{plan['shard'][1]} " if plan["shard"] else ""
+            raise MergeError(f"{where}{path} lacks {len(missing)} of its {len(plan['cases'])} cases "
+                             f"(e.g. {missing[0]}): finish it with --resume")
+        if plan["shard"]:
+            sweeps.setdefault((plan["sweep"], plan["shard"][1]), set()).add(plan["shard"][0])
+    for (_, n), shards in sweeps.items():
+        absent = sorted(set(range(1, n + 1)) - shards)
+        if absent:
+            raise MergeError(f"shard(s) {', '.join(f'{i}/{n}' for i in absent)} of the sweep are not "
+                             "among the results given")

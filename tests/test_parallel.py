@@ -1,0 +1,141 @@
+"""A sweep spread over worker processes (`--jobs`) or split into shards (`--shard I/N`, merged by
+`report` and `gate --results`) ends with exactly the rows of one unsplit sweep; a worker whose
+process dies costs only its case; merging refuses results that miss a case or hold one twice.
+The sweeps run as `python -m harness sweep` on the toy op (tests/toy_op.py)."""
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from harness import gate, parallel
+from harness.cases import Case
+from harness.cli import main
+from harness.registry import EXTRA_DECLARATIONS, OPS, declaration_modules, load_declarations
+from harness.shards import shard_indices
+
+ARGS = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
+        "--V", "16", "--h0", "none,grad", "--gate", "normal", "--T", "5,33", "--no-golden-cache",
+        "--quiet"]
+KEY = ["case_id", "variant", "impl", "check", "tensor"]
+SAME = KEY + ["verdict", "err", "bound", "message", "case_rows"]
+DYING = "toy_decay-fp32-B1-T20-H1-K16-V16-h0_none-normal-s0"
+
+
+def harness(args):
+    """`python -m harness args` in a process of its own (the workers of --jobs are real processes)."""
+    env = {**os.environ, EXTRA_DECLARATIONS: "tests.toy_op", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def rows(out):
+    got = pd.read_csv(out / "results.csv", dtype=str, keep_default_na=False)
+    assert not got.duplicated(KEY).any()
+    return got
+
+
+def same_rows(got, want):
+    """The same rows, in any order (workers finish cases in any order)."""
+    order = lambda df: df[SAME].sort_values(KEY).reset_index(drop=True)  # noqa: E731
+    pd.testing.assert_frame_equal(order(got), order(want))
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The toy op declared in this process too (the sweeps run here save a process start each)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(EXTRA_DECLARATIONS, "tests.toy_op")
+        mp.setitem(OPS, "toy_decay", load_declarations(declaration_modules())["toy_decay"])
+        yield
+
+
+@pytest.fixture(scope="module")
+def unsplit(toy, tmp_path_factory):
+    out = tmp_path_factory.mktemp("unsplit")
+    assert main([*ARGS, "--out", str(out)]) == 0
+    return rows(out)
+
+
+def test_two_workers_give_the_rows_of_one_process(unsplit, tmp_path):
+    done = harness([*ARGS, "--jobs", "2", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stderr
+    assert "2 workers" in done.stdout
+    same_rows(rows(tmp_path), unsplit)
+    assert rows(tmp_path)["run_id"].nunique() == 1
+
+
+def test_three_shards_merged_are_the_unsplit_sweep_and_a_missing_or_doubled_one_is_refused(
+        unsplit, tmp_path, capsys):
+    folders = [tmp_path / f"shard{i}" for i in (1, 2, 3)]
+    for i, folder in enumerate(folders, 1):
+        assert main([*ARGS, "--shard", f"{i}/3", "--out", str(folder)]) == 0
+        assert f"shard {i}/3" in capsys.readouterr().out
+    parts = [rows(f) for f in folders]
+    assert all(len(p) for p in parts)
+    same_rows(pd.concat(parts), unsplit)
+    csvs = [str(f / "results.csv") for f in folders]
+    assert main(["report", *csvs, "--html", str(tmp_path / "all.html")]) == 0
+    capsys.readouterr()
+    assert main(["report", *csvs[:2]]) == 2
+    assert "shard(s) 3/3 of the sweep are not among the results given" in capsys.readouterr().err
+    assert main(["report", *csvs, csvs[0]]) == 2
+    assert "merge each shard once" in capsys.readouterr().err
+    cut = pd.read_csv(csvs[1], dtype=str, keep_default_na=False)
+    cut[cut["case_id"] != cut["case_id"].iloc[0]].to_csv(csvs[1], index=False)
+    assert main(["gate", "--results", *csvs, "--out", str(tmp_path / "gate")]) == 2
+    err = capsys.readouterr().err
+    assert "shard 2/3" in err and "finish it with --resume" in err
+
+
+def test_a_worker_that_dies_costs_its_case_and_a_new_worker_goes_on(tmp_path):
+    args = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
+            "--V", "16", "--h0", "none", "--gate", "normal", "--T", "5,20,33,40", "--checks", "none",
+            "--no-golden-cache", "--quiet", "--impl", "chunk=tests.toy_op:chunk_toy_decay_aborting_at_T20"]
+    done = harness([*args, "--jobs", "2", "--out", str(tmp_path)])
+    assert done.returncode == 1, done.stderr
+    assert "died (killed by SIGABRT) in case " + DYING in done.stdout
+    got = rows(tmp_path)
+    assert sorted(got["case_id"].unique()) == sorted(
+        f"toy_decay-fp32-B1-T{T}-H1-K16-V16-h0_none-normal-s0" for T in (5, 20, 33, 40))
+    died = got[got["case_id"] == DYING]
+    assert list(died["verdict"]) == ["ERROR"]
+    assert died["message"].iloc[0].startswith("the sweep process died during this case (killed by SIGABRT)")
+    assert "its run" in died["message"].iloc[0]
+    assert (got[got["case_id"] != DYING]["verdict"] == "PASS").all()
+
+
+def case(T, H=1):
+    return Case(op="toy", dtype="fp32", B=1, T=T, H=H, K=16, V=16, h0="none", gate="normal", seed=0)
+
+
+def test_shards_split_every_case_once_by_cost_the_same_way_each_time():
+    plan = [(None, case(T, H), None) for T in (1, 7, 64, 1000, 4096, 65) for H in (1, 2, 4)]
+    shards = [shard_indices(plan, (i, 3)) for i in (1, 2, 3)]
+    assert sorted(sum(shards, [])) == list(range(len(plan)))
+    assert shards == [shard_indices(plan, (i, 3)) for i in (1, 2, 3)]
+    loads = [sum(parallel.case_cost(plan[k][1]) for k in s) for s in shards]
+    assert max(loads) - min(loads) <= max(parallel.case_cost(c) for _, c, _ in plan)
+    assert parallel.dealing_order(plan, range(len(plan)))[0] == next(
+        k for k, (_, c, _) in enumerate(plan) if c.T == 4096 and c.H == 4)
+
+
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1", "a/b", "1/0"])
+def test_a_bad_shard_is_one_line_and_exit_2(toy, text, capsys):
+    assert main([*ARGS, "--shard", text]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not I/N" in err
+
+
+def test_each_gate_sweep_sees_one_gpu_in_turn(monkeypatch, tmp_path):
+    """Four op sweeps on two GPUs, two at a time: each process sees one of them."""
+    monkeypatch.setattr(parallel, "visible_gpus", lambda: ["3", "5"])
+    seen = []
+
+    def run(command, env, **kwargs):
+        seen.append(env[parallel.DEVICES])
+        return subprocess.CompletedProcess(command, 0)
+    monkeypatch.setattr(gate.subprocess, "run", run)
+    gate.run_sweeps(["a", "b", "c", "d"], [{}], tmp_path, jobs=2, echo=lambda *a, **k: None)
+    assert sorted(seen) == ["3", "3", "5", "5"]
