@@ -120,7 +120,8 @@ def run_sweeps(ops, suite: list[dict], out_dir: Path, impls=(), jobs: int = 1, c
     """Sweep each op in its own process per part of the suite, `jobs` at a time, each seeing one
     GPU in turn (harness.parallel.worker_devices); [(op, results CSV, exit code)]. Each sweep's
     output goes to <out_dir>/<op>[/part<i>]/sweep.log; a line is printed as each finishes."""
-    from harness.parallel import DEVICES, worker_devices
+    from harness.parallel import DEVICES, threads_per_worker, worker_devices
+    threads = {"OMP_NUM_THREADS": str(threads_per_worker(jobs))} if jobs > 1 else {}
     devices = queue.Queue()
     for dev in worker_devices(max(1, jobs)):
         devices.put(dev)
@@ -129,7 +130,7 @@ def run_sweeps(ops, suite: list[dict], out_dir: Path, impls=(), jobs: int = 1, c
         folder = out_dir / op / (f"part{i}" if len(suite) > 1 else "")
         folder.mkdir(parents=True, exist_ok=True)
         dev = devices.get()
-        env = {**os.environ, **({DEVICES: dev} if dev is not None else {})}
+        env = {**os.environ, **threads, **({DEVICES: dev} if dev is not None else {})}
         start = time.perf_counter()
         try:
             with open(folder / "sweep.log", "w") as log:

@@ -88,10 +88,20 @@ class _Reporting(dict):
         self.conn.send(("step", dict(self)))
 
 
-def _worker(argv: list[str], conn):
+def threads_per_worker(jobs: int) -> int:
+    """CPU threads each of `jobs` processes may use: torch would give every one all the cores."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def _worker(argv: list[str], conn, threads: int):
     """A worker's life: rebuild the plan from the sweep's arguments, then run the cases the dealer
-    sends (their index in the plan) until told to stop or its GPU context is lost."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the dealer's to act on
+    sends (their index in the plan) until told to stop or its GPU context is lost. It runs in a
+    process group of its own: a terminal's Ctrl-C is the dealer's to act on, and must not kill
+    the compilers a worker runs (a compile that dies is an ERROR row, not an interruption)."""
+    os.setpgrp()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch
+    torch.set_num_threads(threads)
     import fla_kernels  # noqa: F401  (the Triton interpreter is set up before any kernel is defined)
     from harness.cli import sweep_setup
     from harness.environment import device
@@ -176,6 +186,7 @@ class _Dealer:
         self.bar = tqdm(total=len(todo), desc="cases", unit="case", disable=not progress,
                         dynamic_ncols=True)
         self.slots = [_Slot(n + 1, d) for n, d in enumerate(worker_devices(min(jobs, max(1, len(todo)))))]
+        self.threads = threads_per_worker(len(self.slots))
         for slot in self.slots:
             slot.bar = tqdm(total=0, position=slot.number, bar_format="{desc}", disable=not progress,
                             leave=False)
@@ -193,7 +204,8 @@ class _Dealer:
     def _start(self, slot: _Slot):
         parent, child = self.context.Pipe()
         with _environment(**({DEVICES: slot.device} if slot.device is not None else {})):
-            slot.process = self.context.Process(target=_worker, args=(self.argv, child), daemon=True)
+            slot.process = self.context.Process(target=_worker, daemon=True,
+                                                args=(self.argv, child, self.threads))
             slot.process.start()
         child.close()
         slot.conn, slot.ready, slot.case, slot.where = parent, False, None, {}
