@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 from pathlib import Path
 
 import torch
@@ -64,12 +65,21 @@ class GoldenCache:
         return self.directory / key[:2] / f"{key}.pt"
 
     def get(self, spec, case, options: dict, device):
+        """The stored pair, or None. Several sweeps share the store (the workers of one, the gate's
+        op sweeps): an entry another process evicts between the look and the read is a miss, and
+        so is one that cannot be read whole (then it is removed)."""
         path = self._path(self.key(spec, case, options))
-        if not path.exists():
+        try:
+            stored = torch.load(path, map_location=device)
+            os.utime(path)  # recently used: evicted last (never re-creates an evicted entry)
+        except FileNotFoundError:
+            stored = None
+        except (EOFError, RuntimeError, pickle.UnpicklingError):
+            path.unlink(missing_ok=True)
+            stored = None
+        if stored is None:
             self.misses += 1
             return None
-        stored = torch.load(path, map_location=device)
-        path.touch()  # recently used: evicted last
         self.hits += 1
         return stored["golden"], stored["baseline"]
 
@@ -84,11 +94,18 @@ class GoldenCache:
         self._evict()
 
     def _evict(self):
-        """Drop the least recently used entries until the store fits its limit."""
-        entries = sorted(self.directory.rglob("*.pt"), key=lambda p: p.stat().st_mtime)
-        total = sum(p.stat().st_size for p in entries)
-        for entry in entries:
+        """Drop the least recently used entries until the store fits its limit (entries another
+        process removes meanwhile are passed over)."""
+        entries = []
+        for path in self.directory.rglob("*.pt"):
+            try:
+                info = path.stat()
+            except FileNotFoundError:
+                continue
+            entries.append((info.st_mtime, info.st_size, path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries, key=lambda e: e[0]):
             if total <= self.limit_bytes:
                 break
-            total -= entry.stat().st_size
-            entry.unlink(missing_ok=True)
+            total -= size
+            path.unlink(missing_ok=True)

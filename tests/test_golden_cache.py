@@ -74,3 +74,33 @@ def test_the_store_keeps_to_its_limit_dropping_the_least_recently_used(tmp_path)
     small.put(SPEC, case(seed=4), {}, {"o": torch.zeros(1000, dtype=torch.float64)}, {"o": torch.zeros(10)})
     kept = [small._path(small.key(SPEC, c, {})).exists() for c in cases + [case(seed=4)]]
     assert kept == [True, False, False, True]
+
+
+def test_entries_other_processes_evict_or_leave_half_written_are_misses_not_errors(tmp_path,
+                                                                                   monkeypatch):
+    """The store is shared by concurrent sweeps (a sweep's workers, the gate's op sweeps): an
+    entry removed by another process's eviction between listing and use, or one cut short, costs
+    a recomputation, never an ERROR row; and reading never re-creates an evicted entry."""
+    cache = GoldenCache(tmp_path)
+    stored, gone, torn = case(seed=1), case(seed=2), case(seed=3)
+    for c in (stored, gone, torn):
+        cache.put(SPEC, c, {}, {"o": torch.zeros(10, dtype=torch.float64)}, {"o": torch.zeros(10)})
+    real_load = torch.load
+
+    def evicted_meanwhile(path, **kwargs):
+        if path == cache._path(cache.key(SPEC, gone, {})):
+            path.unlink()
+        return real_load(path, **kwargs)
+    monkeypatch.setattr(torch, "load", evicted_meanwhile)
+    assert cache.get(SPEC, gone, {}, CPU) is None
+    assert not cache._path(cache.key(SPEC, gone, {})).exists()
+    torn_path = cache._path(cache.key(SPEC, torn, {}))
+    torn_path.write_bytes(torn_path.read_bytes()[:40])
+    assert cache.get(SPEC, torn, {}, CPU) is None and not torn_path.exists()
+    assert cache.get(SPEC, stored, {}, CPU) is not None
+    vanished = tmp_path / "ff" / "vanished.pt"
+    listing = list(tmp_path.rglob("*.pt")) + [vanished]
+    empty = GoldenCache(tmp_path, limit_bytes=0)
+    monkeypatch.setattr(type(tmp_path), "rglob", lambda self, pattern: iter(listing))
+    empty._evict()
+    assert not any(p.exists() for p in listing)
