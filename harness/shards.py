@@ -72,26 +72,27 @@ def _cases(csv_path) -> set:
 
 
 def check_whole(csv_paths) -> None:
-    """Raise MergeError unless the results files hold no case twice and every case their plans
-    owe: of each run its cases, and of each sharded sweep every shard."""
-    by_file = {}
+    """Raise MergeError unless the results files make whole sweeps: no file twice, no case in two
+    shards of one sweep, every case each run owes (its plan.json), and every shard of each
+    sharded sweep. Files of different sweeps may share cases (a gate suite's grids overlap)."""
+    plans, by_file = {}, {}
     for path in map(str, csv_paths):
         if path in by_file:
             raise MergeError(f"{path} is given twice: merge each shard once")
-        by_file[path] = _cases(path)
+        by_file[path], plans[path] = _cases(path), read_plan(path)
     seen = {}
     for path, cases in by_file.items():
+        sweep = (plans[path] or {}).get("sweep", path)
         for case in sorted(cases):
-            if case in seen:
-                raise MergeError(f"case {case} is in both {seen[case]} and {path}: merge each "
-                                 "shard once")
-            seen[case] = path
+            if (sweep, case) in seen:
+                raise MergeError(f"case {case} is in both {seen[sweep, case]} and {path}, shards of "
+                                 "one sweep: merge each shard once")
+            seen[sweep, case] = path
     sweeps = {}
-    for path in csv_paths:
-        plan = read_plan(path)
+    for path, plan in plans.items():
         if plan is None:
             continue
-        missing = [c for c in plan["cases"] if c not in by_file[str(path)]]
+        missing = [c for c in plan["cases"] if c not in by_file[path]]
         if missing:
             where = f"shard {plan['shard'][0]}/{plan['shard'][1]} " if plan["shard"] else ""
             raise MergeError(f"{where}{path} lacks {len(missing)} of its {len(plan['cases'])} cases "
