@@ -366,12 +366,12 @@ def cmd_sweep(args) -> int:
     return 1 if bad else 0
 
 
-def whole_sweeps(csv_paths):
-    """UsageError unless the results files make whole sweeps: no case twice, none a run or a
-    shard owes missing (harness.shards)."""
+def whole_sweeps(csv_paths) -> str:
+    """UsageError when the results files hold a case twice within one sweep; what they lack of
+    the cases their runs owe, as a sentence ("" when nothing; harness.shards)."""
     from harness.shards import MergeError, check_whole
     try:
-        check_whole(csv_paths)
+        return check_whole(csv_paths, partial_ok=True)
     except MergeError as exc:
         raise UsageError(str(exc))
 
@@ -389,7 +389,9 @@ def cmd_report(args) -> int:
     for path in args.csv + (args.baseline or []):
         if not path.exists():
             raise UsageError(f"no results file {path}")
-    whole_sweeps(args.csv)
+    incomplete = whole_sweeps(args.csv)
+    if incomplete:
+        warnings.warn(f"the report is of part of the sweep: {incomplete}")
     df = read_results(args.csv)
     if args.baseline:
         from harness.gate import GateConfig
@@ -403,9 +405,10 @@ def cmd_report(args) -> int:
         bad = compare_verdict(table) == "FAIL"
     else:
         html = args.html or args.csv[0].parent / "report.html"
-        write_html(df, html, {"sources": ", ".join(map(str, args.csv))})
-        markdown = render_markdown(df)
-        bad = df["verdict"].isin(["FAIL", "ERROR"]).any()
+        gap = {"incomplete": incomplete} if incomplete else {}
+        write_html(df, html, {"sources": ", ".join(map(str, args.csv)), **gap})
+        markdown = render_markdown(df, gap or None)
+        bad = df["verdict"].isin(["FAIL", "ERROR"]).any() or bool(incomplete)
     if args.markdown:
         args.markdown.write_text(markdown)
     print(markdown)

@@ -52,23 +52,23 @@ def dealing_order(plan, indices) -> list[int]:
     return sorted(indices, key=lambda i: -case_cost(plan[i][1]))
 
 
+def _put(values: dict):
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @contextmanager
 def _environment(**values):
     """os.environ with `values` set (None: removed) while a worker process starts."""
-    old = {k: os.environ.get(k) for k in values}
+    old = {key: os.environ.get(key) for key in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put(values)
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put(old)
 
 
 class _Reporting(dict):

@@ -71,10 +71,11 @@ def _cases(csv_path) -> set:
     return set(pd.read_csv(csv_path, usecols=["case_id"], dtype=str, keep_default_na=False)["case_id"])
 
 
-def check_whole(csv_paths) -> None:
+def check_whole(csv_paths, partial_ok: bool = False) -> str:
     """Raise MergeError unless the results files make whole sweeps: no file twice, no case in two
     shards of one sweep, every case each run owes (its plan.json), and every shard of each
-    sharded sweep. Files of different sweeps may share cases (a gate suite's grids overlap)."""
+    sharded sweep. Files of different sweeps may share cases (a gate suite's grids overlap).
+    With `partial_ok`, what is missing is returned as a sentence ("" when nothing) instead."""
     plans, by_file = {}, {}
     for path in map(str, csv_paths):
         if path in by_file:
@@ -88,19 +89,28 @@ def check_whole(csv_paths) -> None:
                 raise MergeError(f"case {case} is in both {seen[sweep, case]} and {path}, shards of "
                                  "one sweep: merge each shard once")
             seen[sweep, case] = path
-    sweeps = {}
+    gaps = _gaps(plans, by_file)
+    if gaps and not partial_ok:
+        raise MergeError(gaps[0])
+    return "; ".join(gaps)
+
+
+def _gaps(plans: dict, by_file: dict) -> list[str]:
+    """A sentence per run that lacks some of its cases and per sharded sweep that lacks shards."""
+    gaps, sweeps = [], {}
     for path, plan in plans.items():
         if plan is None:
             continue
         missing = [c for c in plan["cases"] if c not in by_file[path]]
         if missing:
             where = f"shard {plan['shard'][0]}/{plan['shard'][1]} " if plan["shard"] else ""
-            raise MergeError(f"{where}{path} lacks {len(missing)} of its {len(plan['cases'])} cases "
-                             f"(e.g. {missing[0]}): finish it with --resume")
+            gaps.append(f"{where}{path} lacks {len(missing)} of its {len(plan['cases'])} cases "
+                        f"(e.g. {missing[0]}): finish it with --resume")
         if plan["shard"]:
             sweeps.setdefault((plan["sweep"], plan["shard"][1]), set()).add(plan["shard"][0])
     for (_, n), shards in sweeps.items():
         absent = sorted(set(range(1, n + 1)) - shards)
         if absent:
-            raise MergeError(f"shard(s) {', '.join(f'{i}/{n}' for i in absent)} of the sweep are not "
-                             "among the results given")
+            gaps.append(f"shard(s) {', '.join(f'{i}/{n}' for i in absent)} of the sweep are not "
+                        "among the results given")
+    return gaps
