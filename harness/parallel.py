@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from harness import progress
 from harness.supervisor import describe_exit
 
 DEVICES = "CUDA_VISIBLE_DEVICES"
@@ -134,6 +135,7 @@ class _Slot:
     ready: bool = False
     case: int | None = None
     where: dict = field(default_factory=dict)
+    step_since: float = 0.0
     bar: object = None
 
     def label(self) -> str:
@@ -198,8 +200,17 @@ class _Dealer:
             self._start(slot)
         while any(s.process is not None for s in self.slots):
             live = {s.conn: s for s in self.slots if s.process is not None}
-            for conn in wait(list(live)):
+            for conn in wait(list(live), timeout=progress.TICK_S):
                 self._receive(live[conn])
+            self._show_slow_steps()
+
+    def _show_slow_steps(self):
+        now = time.monotonic()
+        for slot in self.slots:
+            step = slot.where.get("step")
+            if slot.process is not None and slot.case is not None and step and now - slot.step_since >= progress.SLOW_STEP_S:
+                slot.bar.set_description_str(f"{slot.label()}: " + progress.slow_step_text(
+                    self._case_id(slot.case), step, now - slot.step_since)[:160])
 
     def _start(self, slot: _Slot):
         parent, child = self.context.Pipe()
@@ -239,6 +250,8 @@ class _Dealer:
             slot.ready = True
             self._deal(slot)
         elif kind == "step":
+            if message[1].get("step") != slot.where.get("step"):
+                slot.step_since = time.monotonic()
             slot.where = message[1]
             slot.bar.set_description_str(
                 f"{slot.label()}: {self._case_id(slot.case)}: {slot.where.get('step') or ''}"[:160])

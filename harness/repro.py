@@ -358,7 +358,7 @@ if __name__ == "__main__":
     print_case()
     inputs = make_inputs(SPEC, CASE, DEVICE)
     golden, baseline = golden_and_baseline_of_case(inputs)
-    with nan_filled_allocations():
+    with nan_filled_allocations("fla_kernels", TARGET.split(".")[0].split(":")[0]):
         results = run(function_under_test, inputs, segments=SEGMENTS)
     metrics = compare(results, golden, baseline)
     print_table(metrics)

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from harness.allocations import nan_filled_allocations
+from harness.allocations import nan_filled_allocations, package_of
 from harness.cases import DTYPE_NAMES, Case
 from harness.checks import EXTRA_CHECKS, CaseContext, registered
 from harness.execution import (Execution, RunFailed, describe_error, rejected_or_error, run_implementation,
@@ -114,7 +114,8 @@ def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
         return option_references[label]
 
     def run(impl, wrap=None, **options):
-        return _timed_run(wrap(impl.fn) if wrap else impl.fn, spec, case, full, device, **options)
+        return _timed_run(wrap(impl.fn) if wrap else impl.fn, spec, case, full, device,
+                          package_of(impl.fn), **options)
 
     context = CaseContext(spec, case, full, device, names, against_golden, references_for, run,
                        row=functools.partial(_row, case), golden=golden, baseline=baseline,
@@ -214,9 +215,10 @@ def agreement(context: CaseContext, name: str, side_a: dict, side_b: dict, a: di
     return name_sequences(metrics, context.reference_inputs.bounds)
 
 
-def _timed_run(fn, spec, case, inputs, device, **options) -> Execution:
-    """run_implementation with unwritten kernel memory poisoned, synchronised on a GPU."""
-    with nan_filled_allocations():
+def _timed_run(fn, spec, case, inputs, device, package=None, **options) -> Execution:
+    """run_implementation with unwritten memory of our kernels and of the implementation's own
+    package (`package`) poisoned, synchronised on a GPU."""
+    with nan_filled_allocations("fla_kernels", package):
         run = run_implementation(fn, spec, case, inputs, **options)
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -33,14 +33,17 @@ class CaseInProgress(dict):
         super().__init__()
         self.path = Path(folder) / MARKER
         self.case_id = case_id
+        self.step_since = time.monotonic()   # when the step under way began (for the progress)
         self._write()
 
     def __setitem__(self, key, value):
-        super().__setitem__(key, value)
-        self._write()
+        self.update({key: value})
 
     def update(self, *args, **kwargs):
+        before = self.get("step")
         super().update(*args, **kwargs)
+        if self.get("step") != before:
+            self.step_since = time.monotonic()
         self._write()
 
     def _write(self):

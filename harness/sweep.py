@@ -15,6 +15,7 @@ from harness.results import ResultWriter, read_finished
 from harness.checks import EXTRA_CHECKS, checks_per_case
 from harness.execution import describe_error
 from harness.runner import Implementation, run_case, run_row
+from harness.progress import SlowStepClock
 from harness.supervisor import WRITING, CaseInProgress, death_message, drop_marker, read_marker
 
 
@@ -76,12 +77,13 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
             failures += _write_death(died, plan, run.done, writer, run.shared, echo)
             drop_marker(out_dir)
         bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
+        clock = SlowStepClock(lambda text: bar.set_postfix_str(text), enabled=progress)
         try:
             for (spec, case, impls), own_checks in zip(bar, case_checks):
                 if case.case_id in run.done:
                     skipped += 1
                     continue
-                where = CaseInProgress(out_dir, case.case_id)
+                where = clock.watch(CaseInProgress(out_dir, case.case_id))
                 try:
                     rows, lost = case_rows(spec, case, impls, dev, own_checks, cache, where, healthy)
                     failures += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
@@ -97,6 +99,7 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
         except KeyboardInterrupt:
             interrupted = True
         finally:
+            clock.stop()
             bar.close()
     return run.outcome(time.perf_counter() - start, ran, skipped, interrupted)
 

@@ -68,6 +68,14 @@ def outside_autograd(r, k, v, w, u, **kw):
         return baseline_like(r, k, v, w, u, **kw)
 
 
+def last_token_unwritten(r, k, v, w, u, **kw):
+    """Its output buffer comes from torch.empty_like and the last token is never written."""
+    o, ht = baseline_like(r, k, v, w, u, **kw)
+    out = torch.empty_like(o)
+    out[:, :-1] = o[:, :-1]
+    return out, ht
+
+
 def raises_in_forward(r, k, v, w, u, **kw):
     raise RuntimeError("planted failure in forward")
 

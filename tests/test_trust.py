@@ -46,6 +46,14 @@ def test_outputs_without_a_gradient_are_a_forward_only_implementation_too():
     assert rows[-1]["message"] == "no backward: its outputs carry no gradient (computed outside autograd)"
 
 
+def test_output_an_external_implementation_leaves_unwritten_reads_as_nan():
+    """Any implementation's package gets NaN-filled allocations, not only ours: upstream output
+    left unwritten shows as NaN at the token it missed, never as stale memory that may pass."""
+    (o,) = [r for r in rows_of("last_token_unwritten") if r["tensor"] == "o"]
+    assert o["verdict"] == "FAIL" and o["nan"] == 2 * 2 * 6
+    assert o["first_bad"] == "(b=0, t=39, h=0)" and "NaN" in o["message"]
+
+
 @pytest.mark.parametrize("name", ["nondeterministic"])
 def test_determinism_runs_for_implementations_that_are_not_our_interpreted_kernels(name):
     rows = run_case(SPEC, case(), [impl(name)], CPU, checks=("determinism",))
