@@ -15,8 +15,11 @@ FOUNDATIONS = frozenset({"torch", "triton", "numpy", "einops", "harness", "refer
 
 
 def package_of(fn) -> str | None:
-    """The top-level package of the code behind `fn` (through functools.wraps layers), or None
-    for a foundation's (FOUNDATIONS) or one of unknown origin."""
+    """The top-level package of the code behind `fn`: its `package_under_test` (an adapter's, to the
+    package it calls), else its module's (through functools.wraps layers); None for a
+    foundation's (FOUNDATIONS) or one of unknown origin."""
+    if getattr(fn, "package_under_test", None):
+        return fn.package_under_test
     fn = getattr(fn, "__wrapped__", fn)
     module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", None) or ""
     top = module.split(".")[0]

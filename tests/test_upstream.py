@@ -5,6 +5,7 @@ import textwrap
 
 import pandas as pd
 import pytest
+import torch
 
 from harness import upstream
 from harness.cli import main
@@ -83,3 +84,14 @@ def test_every_fla_target_names_a_variant_of_ours():
     from harness.registry import OPS
     for op, spec in OPS.items():
         assert set(upstream.targets("fla", op)) <= set(spec.variants), op
+
+
+def test_the_adapters_allocations_under_test_are_flas():
+    """An adapter lives in the harness, but the allocations to poison are those of the package it
+    calls; a function of any other package is its own."""
+    from harness.allocations import package_of
+    assert package_of(upstream.fla_chunk_linear_attn) == "fla"
+    assert package_of(upstream.fla_fused_recurrent_gated_delta_rule) == "fla"
+    assert package_of(torch.nn.functional.linear) is None
+    from tests.implementations import baseline_like
+    assert package_of(baseline_like) == "tests"
