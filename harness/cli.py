@@ -258,14 +258,16 @@ def plan_sweep(args):
         variants = args.variant or list(spec.variants)
         _check_choices(f"variant of {spec.name}", variants, list(spec.variants))
         chosen = {v: t for v, t in external.items() if v in variants}
+        releases = {}
         for name in sets:
             theirs = upstream.targets(name, spec.name)
             variants = [v for v in variants if v in theirs]
             chosen.update({v: t for v, t in theirs.items() if v in variants})
+            releases.update({v: upstream.release(name) for v in variants})
         if not variants:
             raise UsageError(f"{' and '.join(sets)} has none of the variants asked for of {spec.name}")
         try:
-            impls = implementations(spec, variants, chosen)
+            impls = implementations(spec, variants, chosen, releases)
         except ValueError as exc:
             raise UsageError(str(exc).rstrip("."))
         for case in expand(spec, args.dtype, preset, overrides, args.seed):

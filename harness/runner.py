@@ -33,12 +33,16 @@ class Implementation:
     fn: Callable
 
 
-def implementations(spec: OpSpec, variants, external: dict) -> list[Implementation]:
-    """Our variants, with any `external` {variant: 'module:function'} put in their place."""
+def implementations(spec: OpSpec, variants, external: dict, releases: dict | None = None
+                    ) -> list[Implementation]:
+    """Our variants, with any `external` {variant: 'module:function'} put in their place, labelled
+    with their release where `releases` {variant: 'fla 0.6.0 (fla-core)'} names one."""
     result = []
+    releases = releases or {}
     for variant in variants:
         if variant in external:
-            result.append(Implementation(variant, external[variant], load_function(external[variant])))
+            label = external[variant] + (f" [{releases[variant]}]" if variant in releases else "")
+            result.append(Implementation(variant, label, load_function(external[variant])))
         else:
             result.append(Implementation(variant, "ours", spec.variant_fn(variant)))
     return result

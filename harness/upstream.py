@@ -28,6 +28,19 @@ def available(name: str) -> str:
     return ""
 
 
+def release(name: str) -> str:
+    """'fla 0.6.0 (fla-core)': the set's package, its version and the distribution that installed
+    it, as every row of its implementations carries it ('version unknown' where it says none)."""
+    import importlib.metadata as metadata
+    module = importlib.import_module(name)
+    dists = metadata.packages_distributions().get(name, [])
+    version = getattr(module, "__version__", None)
+    if version is None and dists:
+        version = metadata.version(dists[0])
+    where = f" ({', '.join(sorted(set(dists)))})" if dists else ""
+    return f"{name} {version or 'version unknown'}{where}"
+
+
 def targets(name: str, op: str) -> dict:
     """{variant: 'module:function'} of set `name` for `op` (empty when it has none)."""
     return dict(get_op(op).upstream.get(name, {}))

@@ -195,6 +195,11 @@ def run_meta(df: pd.DataFrame, meta: dict | None = None) -> dict:
         if vals and c not in out:
             more = f" (+{len(vals) - 5} more)" if len(vals) > 5 else ""
             out[c] = ", ".join(map(str, vals[:5])) + more
+    if "impl" in df and "implementations under test" not in out:
+        theirs = [v for v in pd.unique(df["impl"]) if v not in ("", "ours") and "~" not in str(v)]
+        if theirs:
+            out["implementations under test"] = ", ".join(map(str, theirs[:5])) + (
+                f" (+{len(theirs) - 5} more)" if len(theirs) > 5 else "")
     if not any(k in out for k in ("wall_s", "wall", "wall_time")) and "wall_s" in df:
         w = df.drop_duplicates(["run_id", "case_id", "impl"])["wall_s"]
         if w.notna().any():

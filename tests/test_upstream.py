@@ -11,7 +11,7 @@ from harness import upstream
 from harness.cli import main
 
 STUB = {
-    "fla/__init__.py": "",
+    "fla/__init__.py": "__version__ = '0.6.0'",
     "fla/ops/__init__.py": "",
     "fla/ops/gla/__init__.py": """
         from fla_kernels.ops.gla import chunk_gla, fused_recurrent_gla
@@ -53,14 +53,17 @@ def test_fla_runs_in_place_of_every_variant_it_has(stub_fla, tmp_path):
     assert code == 0
     golden = rows[rows["check"] == "golden"]
     assert dict(zip(golden["variant"], golden["impl"])) == {
-        "chunk": "fla.ops.gla:chunk_gla", "fused_recurrent": "fla.ops.gla:fused_recurrent_gla"}
+        "chunk": "fla.ops.gla:chunk_gla [fla 0.6.0]",
+        "fused_recurrent": "fla.ops.gla:fused_recurrent_gla [fla 0.6.0]"}   # the release in every row
     assert "fused_chunk" not in set(rows["variant"])  # fla's fused_chunk_gla only raises
 
 
 def test_linear_attention_is_called_unnormalised(stub_fla, tmp_path):
     code, rows = sweep(tmp_path, "linear_attn", "--variant", "chunk")
     assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
-    assert set(rows["impl"]) == {"harness.upstream:fla_chunk_linear_attn"}
+    assert set(rows["impl"]) == {"harness.upstream:fla_chunk_linear_attn [fla 0.6.0]"}
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "implementations under test: `harness.upstream:fla_chunk_linear_attn [fla 0.6.0]`" in summary
 
 
 def test_asking_for_a_variant_fla_lacks_is_a_usage_error(stub_fla, tmp_path, capsys):
