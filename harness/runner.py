@@ -20,6 +20,7 @@ from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_sums, compare_to_golden, compare_variants
 from harness.packing import name_sequences
 from harness.sampling import choose_sample
+from harness import upstream
 from harness.declaration import OpSpec, load_function
 from harness.tolerance import tolerance_for
 
@@ -41,8 +42,11 @@ def implementations(spec: OpSpec, variants, external: dict, releases: dict | Non
     releases = releases or {}
     for variant in variants:
         if variant in external:
+            fn = load_function(external[variant])
+            if variant in releases:   # an implementation set's function: fitted to its release
+                fn = upstream.fitted(fn, [s.name for s in spec.inputs])
             label = external[variant] + (f" [{releases[variant]}]" if variant in releases else "")
-            result.append(Implementation(variant, label, load_function(external[variant])))
+            result.append(Implementation(variant, label, fn))
         else:
             result.append(Implementation(variant, "ours", spec.variant_fn(variant)))
     return result

@@ -1,5 +1,6 @@
 """`--impl fla`: upstream fla's variants in the place of ours, checked with a stand-in `fla` package
 (fla itself needs a GPU driver to autotune), and the one-line error when fla is missing."""
+import importlib
 import sys
 import textwrap
 
@@ -28,12 +29,52 @@ STUB = {
 }
 
 
+# a release from before the layout change ([B, H, T, ...] unless head_first=False), and one whose
+# gated delta rule takes gk and gv before beta (fla 0.3 on)
+OLD_RELEASES = {
+    "fla/__init__.py": "__version__ = '0.1'",
+    "fla/ops/__init__.py": "",
+    "fla/ops/gla/__init__.py": """
+        from fla_kernels.ops.gla import chunk_gla as _chunk
+
+        def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False,
+                      head_first=True):
+            if head_first:
+                q, k, v, g = (x.transpose(1, 2) for x in (q, k, v, g))
+            o, ht = _chunk(q, k, v, g, scale=scale, initial_state=initial_state,
+                           output_final_state=output_final_state)
+            return (o.transpose(1, 2) if head_first else o), ht
+    """,
+    "fla/ops/gated_delta_rule/__init__.py": """
+        from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule as _chunk
+
+        def chunk_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=None, scale=None,
+                                   initial_state=None, output_final_state=False,
+                                   use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+            assert gk is None and gv is None, "beta passed where gk is"
+            return _chunk(q, k, v, g, beta, scale=scale, initial_state=initial_state,
+                          output_final_state=output_final_state,
+                          use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens)
+    """,
+}
+
+
+@pytest.fixture()
+def old_fla(tmp_path, monkeypatch):
+    yield from _installed(OLD_RELEASES, tmp_path, monkeypatch)
+
+
 @pytest.fixture()
 def stub_fla(tmp_path, monkeypatch):
-    for path, text in STUB.items():
+    yield from _installed(STUB, tmp_path, monkeypatch)
+
+
+def _installed(files, tmp_path, monkeypatch):
+    for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
     for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
         monkeypatch.delitem(sys.modules, name)
     yield
@@ -56,6 +97,23 @@ def test_fla_runs_in_place_of_every_variant_it_has(stub_fla, tmp_path):
         "chunk": "fla.ops.gla:chunk_gla [fla 0.6.0]",
         "fused_recurrent": "fla.ops.gla:fused_recurrent_gla [fla 0.6.0]"}   # the release in every row
     assert "fused_chunk" not in set(rows["variant"])  # fla's fused_chunk_gla only raises
+
+
+def test_a_release_before_the_layout_change_is_asked_for_ours(old_fla, tmp_path):
+    code, rows = sweep(tmp_path, "gla", "--variant", "chunk")
+    assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
+    assert set(rows["impl"]) == {"fla.ops.gla:chunk_gla [fla 0.1]"}
+
+
+def test_inputs_a_release_takes_at_other_places_go_by_keyword(old_fla, tmp_path):
+    code, rows = sweep(tmp_path, "gated_delta_rule", "--variant", "chunk")
+    assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
+
+
+def test_fitting_leaves_a_function_of_our_order_alone():
+    def ours_order(q, k, v, g, beta, scale=None):
+        pass
+    assert upstream.fitted(ours_order, ["q", "k", "v", "g", "beta"]) is ours_order
 
 
 def test_linear_attention_is_called_unnormalised(stub_fla, tmp_path):
@@ -89,12 +147,16 @@ def test_every_fla_target_names_a_variant_of_ours():
         assert set(upstream.targets("fla", op)) <= set(spec.variants), op
 
 
+def fitted_old(q, k, v, head_first=True):
+    pass
+
+
 def test_the_adapters_allocations_under_test_are_flas():
     """An adapter lives in the harness, but the allocations to poison are those of the package it
     calls; a function of any other package is its own."""
     from harness.allocations import package_of
     assert package_of(upstream.fla_chunk_linear_attn) == "fla"
-    assert package_of(upstream.fla_fused_recurrent_gated_delta_rule) == "fla"
+    assert package_of(upstream.fitted(fitted_old, ["q", "k", "v"])) == "tests"
     assert package_of(torch.nn.functional.linear) is None
     from tests.implementations import baseline_like
     assert package_of(baseline_like) == "tests"

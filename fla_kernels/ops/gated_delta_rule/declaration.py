@@ -1,18 +1,16 @@
 """The gated delta rule, declared for the harness (harness/declaration.py says what each field
 means); inputs and options as the delta rule's, with the log decay g [B, T, H] before beta."""
 from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
-from harness.declaration import InputSpec, LayerSpec, OpSpec, kernels
+from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, kernels
 
 OP = OpSpec(
     name="gated_delta_rule",
     description="S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t; o_t = scale q_t S_t",
     inputs=UNIT_QK + (V, InputSpec("g", ("B", "T", "H"), kind="gate"), BETA),
     variants=kernels("gated_delta_rule", "chunk", "fused_recurrent"),
-    # fla's chunk_gated_delta_rule takes (q, k, v, g, beta) as ours does; its
-    # fused_recurrent_gated_delta_rule takes gk and gv between g and beta: an adapter passes beta
-    # by keyword
-    upstream={"fla": {"chunk": "fla.ops.gated_delta_rule:chunk_gated_delta_rule",
-                      "fused_recurrent": "harness.upstream:fla_fused_recurrent_gated_delta_rule"}},
+    # fla's fused_recurrent_gated_delta_rule takes gk and gv between g and beta: fitted to its
+    # signature, beta goes by keyword (harness.upstream.fitted)
+    upstream=fla("gated_delta_rule", "chunk", "fused_recurrent"),
     options=OPTIONS,
     layer=LayerSpec("fla_kernels.layers:GatedDeltaNet"),
 )
