@@ -151,7 +151,7 @@ def run_parallel_sweep(argv: list[str], plan, indices, out_dir: Path, run_id: st
     """Run the planned cases `indices` in `jobs` worker processes (harness.sweep.run_sweep's
     contract: the rows of a one-process run, resumable, a SweepOutcome)."""
     from harness.results import ResultWriter
-    from harness.sweep import _write_death, open_run
+    from harness.sweep import write_death, open_run
     from harness.supervisor import drop_marker, read_marker
 
     run = open_run(Path(out_dir), run_id, resume, echo)
@@ -160,7 +160,7 @@ def run_parallel_sweep(argv: list[str], plan, indices, out_dir: Path, run_id: st
         died = read_marker(out_dir) if resume else None   # left by a one-process run of this folder
         bad = 0
         if died is not None:
-            bad = _write_death(died, plan, run.done, writer, run.shared, echo)
+            bad = write_death(died, plan, run.done, writer, run.shared, echo)
             drop_marker(out_dir)
         todo = [i for i in dealing_order(plan, indices) if plan[i][1].case_id not in run.done]
         dealer = _Dealer(argv, plan, todo, writer, run, jobs, progress, echo, bad)
@@ -277,7 +277,7 @@ class _Dealer:
     def _died(self, slot: _Slot):
         """A worker's process ended unasked: its case (if any) gets the ERROR rows of a death, and
         a new worker takes the slot; one that died before it was ready leaves the slot empty."""
-        from harness.sweep import _write_death
+        from harness.sweep import write_death
         slot.process.join(timeout=30)
         code = slot.process.exitcode
         cause = describe_exit(code) if code is not None else "its process stopped answering"
@@ -289,7 +289,7 @@ class _Dealer:
         self.echo(f"{slot.label()} died ({cause}) in case {self._case_id(slot.case)}; a new worker "
                   "takes its device", flush=True)
         marker = {"case_id": self._case_id(slot.case), **slot.where, "died": cause}
-        self.bad += _write_death(marker, self.plan, self.run_.done, self.writer, self.run_.shared,
+        self.bad += write_death(marker, self.plan, self.run_.done, self.writer, self.run_.shared,
                                  self.echo)
         self.ran += 1
         self.bar.update(1)

@@ -74,7 +74,7 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
     with ResultWriter(run.csv_path) as writer:
         died = read_marker(out_dir) if resume else None
         if died is not None:
-            failures += _write_death(died, plan, run.done, writer, run.shared, echo)
+            failures += write_death(died, plan, run.done, writer, run.shared, echo)
             drop_marker(out_dir)
         bar = tqdm(plan, desc="cases", unit="case", disable=not progress, dynamic_ncols=True)
         clock = SlowStepClock(lambda text: bar.set_postfix_str(text), enabled=progress)
@@ -154,7 +154,7 @@ def case_rows(spec: OpSpec, case: Case, impls, dev, checks, cache, where: dict,
     return (_rows_before_loss(rows, case, impls, error) if lost else rows), lost
 
 
-def _write_death(marker: dict, plan, done: set, writer: ResultWriter, shared: dict, echo) -> int:
+def write_death(marker: dict, plan, done: set, writer: ResultWriter, shared: dict, echo) -> int:
     """The ERROR rows of the case an earlier process died in (`marker`), for the implementation
     that was running (for each, when that is unknown), written as the case's rows and the case
     added to `done`, so it is never run again; their number. Nothing when the case is done or
