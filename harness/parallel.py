@@ -1,7 +1,8 @@
 """A sweep spread over worker processes: one per GPU by default, each seeing one device.
 
 The dealing process starts the workers, hands each the next case as it frees up (the costliest
-first, so the long cases do not end the run alone), and is the only writer of results.csv: a case's
+first, so the long cases do not end the run alone, each worker keeping to one op while it has
+cases, so an op's first calls compile in few processes), and is the only writer of results.csv: a case's
 rows reach it whole, as the case finishes, whichever worker ran it. A worker whose GPU context
 dies, or whose process dies, costs only its case (ERROR rows saying how, as in a one-process
 sweep); a new worker takes its device. The workers rebuild the plan from the sweep's own
@@ -59,6 +60,19 @@ def _put(values: dict):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def next_case(todo: list[int], plan, own_op: str | None, others: set) -> int:
+    """Where in `todo` (costliest first) a worker's next case is: the costliest of the op it ran
+    last, else of an op no other worker is on (`others`), else the costliest. A worker so keeps
+    to one op: an op's first calls, which compile, and autotune upstream kernels for minutes, run
+    in few processes, and a cold sweep of several ops ends near the time of its slowest op."""
+    ops = [plan[i][1].op for i in todo]
+    for wanted in (lambda op: op == own_op, lambda op: op not in others):
+        found = next((n for n, op in enumerate(ops) if wanted(op)), None)
+        if found is not None:
+            return found
+    return 0
 
 
 @contextmanager
@@ -136,6 +150,7 @@ class _Slot:
     case: int | None = None
     where: dict = field(default_factory=dict)
     step_since: float = 0.0
+    op: str | None = None       # the op of its last case: it keeps to one (next_case)
     bar: object = None
 
     def label(self) -> str:
@@ -226,7 +241,9 @@ class _Dealer:
         """The next case to the slot's worker, or the word to stop."""
         slot.where = {}
         if self.todo:
-            slot.case = self.todo.pop(0)
+            others = {self.plan[s.case][1].op for s in self.slots if s is not slot and s.case is not None}
+            slot.case = self.todo.pop(next_case(self.todo, self.plan, slot.op, others))
+            slot.op = self.plan[slot.case][1].op
             slot.conn.send(slot.case)
             slot.bar.set_description_str(f"{slot.label()}: {self._case_id(slot.case)}")
         else:

@@ -122,6 +122,17 @@ def test_shards_split_every_case_once_by_cost_the_same_way_each_time():
         k for k, (_, c, _) in enumerate(plan) if c.T == 4096 and c.H == 4)
 
 
+def test_a_worker_keeps_to_its_op_then_takes_one_no_other_worker_is_on():
+    plan = [(None, Case(op=op, dtype="fp32", B=1, T=T, H=1, K=16, V=16, h0="none", gate="normal",
+                        seed=0), None) for op, T in (("a", 900), ("b", 800), ("c", 700), ("a", 10))]
+    todo = parallel.dealing_order(plan, range(len(plan)))
+    assert todo == [0, 1, 2, 3]
+    assert parallel.next_case(todo, plan, "a", {"b"}) == 0
+    assert parallel.next_case(todo[1:], plan, "a", {"b"}) == 2   # its own op's last case
+    assert parallel.next_case(todo[1:3], plan, "a", {"b"}) == 1  # "a" done: "c", which no one is on
+    assert parallel.next_case(todo[1:3], plan, None, {"b", "c"}) == 0   # every op taken: the costliest
+
+
 @pytest.mark.parametrize("text", ["0/3", "4/3", "1", "a/b", "1/0"])
 def test_a_bad_shard_is_one_line_and_exit_2(toy, text, capsys):
     assert main([*ARGS, "--shard", text]) == 2
