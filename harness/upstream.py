@@ -86,7 +86,7 @@ def targets(name: str, op: str) -> dict:
 def _linear_attn(function: str):
     def run(q, k, v, scale=None, initial_state=None, output_final_state=False, normalize=False,
             cu_seqlens=None):
-        fn = getattr(importlib.import_module("fla.ops.linear_attn"), function)
+        fn = fitted(getattr(importlib.import_module("fla.ops.linear_attn"), function), ["q", "k", "v"])
         options = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
         return fn(q, k, v, scale=scale, initial_state=initial_state,
                   output_final_state=output_final_state, normalize=normalize, **options)

@@ -45,6 +45,18 @@ OLD_RELEASES = {
                            output_final_state=output_final_state)
             return (o.transpose(1, 2) if head_first else o), ht
     """,
+    "fla/ops/linear_attn/__init__.py": """
+        from fla_kernels.ops.linear_attn import chunk_linear_attn as _chunk
+
+        def chunk_linear_attn(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                              normalize=True, head_first=True):
+            assert normalize is False, "the adapter must ask for the unnormalised op"
+            if head_first:
+                q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+            o, ht = _chunk(q, k, v, scale=scale, initial_state=initial_state,
+                           output_final_state=output_final_state)
+            return (o.transpose(1, 2) if head_first else o), ht
+    """,
     "fla/ops/gated_delta_rule/__init__.py": """
         from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule as _chunk
 
@@ -99,10 +111,12 @@ def test_fla_runs_in_place_of_every_variant_it_has(stub_fla, tmp_path):
     assert "fused_chunk" not in set(rows["variant"])  # fla's fused_chunk_gla only raises
 
 
-def test_a_release_before_the_layout_change_is_asked_for_ours(old_fla, tmp_path):
-    code, rows = sweep(tmp_path, "gla", "--variant", "chunk")
+@pytest.mark.parametrize("op,impl", [("gla", "fla.ops.gla:chunk_gla"),
+                                     ("linear_attn", "harness.upstream:fla_chunk_linear_attn")])
+def test_a_release_before_the_layout_change_is_asked_for_ours(old_fla, tmp_path, op, impl):
+    code, rows = sweep(tmp_path, op, "--variant", "chunk")
     assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
-    assert set(rows["impl"]) == {"fla.ops.gla:chunk_gla [fla 0.1]"}
+    assert set(rows["impl"]) == {f"{impl} [fla 0.1]"}
 
 
 def test_inputs_a_release_takes_at_other_places_go_by_keyword(old_fla, tmp_path):
