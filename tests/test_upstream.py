@@ -57,6 +57,16 @@ OLD_RELEASES = {
                            output_final_state=output_final_state)
             return (o.transpose(1, 2) if head_first else o), ht
     """,
+    "fla/ops/simple_gla/__init__.py": """
+        from fla_kernels.ops.simple_gla import chunk_simple_gla as _chunk
+
+        def chunk_simple_gla(q, k, v, g=None, scale=None, initial_state=None,
+                             output_final_state=False):
+            # planted layout mistake: the gate's memory read as [B, H, T]
+            g = g.transpose(1, 2).contiguous().view(g.shape)
+            return _chunk(q, k, v, g, scale=scale, initial_state=initial_state,
+                          output_final_state=output_final_state)
+    """,
     "fla/ops/gated_delta_rule/__init__.py": """
         from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule as _chunk
 
@@ -117,6 +127,14 @@ def test_a_release_before_the_layout_change_is_asked_for_ours(old_fla, tmp_path,
     code, rows = sweep(tmp_path, op, "--variant", "chunk")
     assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
     assert set(rows["impl"]) == {f"{impl} [fla 0.1]"}
+
+
+def test_a_release_with_a_planted_layout_mistake_fails_on_the_right_rows(old_fla, tmp_path):
+    code, rows = sweep(tmp_path, "simple_gla", "--variant", "chunk", "--H", "2")
+    assert code == 1
+    failed = set(rows.loc[(rows["check"] == "golden") & (rows["verdict"] == "FAIL"), "tensor"])
+    assert {"o", "dg"} <= failed
+    assert not (rows["verdict"] == "ERROR").any()
 
 
 def test_inputs_a_release_takes_at_other_places_go_by_keyword(old_fla, tmp_path):
