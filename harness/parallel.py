@@ -19,7 +19,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 
 from harness import progress
-from harness.supervisor import describe_exit
+from harness.supervisor import CaseInProgress, describe_exit
 
 DEVICES = "CUDA_VISIBLE_DEVICES"
 
@@ -86,23 +86,6 @@ def _environment(**values):
         _put(old)
 
 
-class _Reporting(dict):
-    """A worker's `where` of its case: each change goes to the dealer (for progress, and for the
-    rows of a case whose process dies)."""
-
-    def __init__(self, conn, case_id):
-        super().__init__()
-        self.conn, self.case_id = conn, case_id
-
-    def __setitem__(self, key, value):
-        super().__setitem__(key, value)
-        self.conn.send(("step", dict(self)))
-
-    def update(self, *args, **kwargs):
-        super().update(*args, **kwargs)
-        self.conn.send(("step", dict(self)))
-
-
 def threads_per_worker(jobs: int) -> int:
     """CPU threads each of `jobs` processes may use: torch would give every one all the cores."""
     return max(1, (os.cpu_count() or 1) // jobs)
@@ -132,8 +115,8 @@ def _worker(argv: list[str], conn, threads: int):
         if index is None:
             return
         spec, case, impls = setup.plan[index]
-        rows, lost = case_rows(spec, case, impls, dev, setup.case_checks[index], setup.cache,
-                               _Reporting(conn, case.case_id))
+        where = CaseInProgress(None, case.case_id, send=lambda where: conn.send(("step", where)))
+        rows, lost = case_rows(spec, case, impls, dev, setup.case_checks[index], setup.cache, where)
         conn.send(("rows", index, rows, lost))
         if lost:
             return
@@ -223,7 +206,8 @@ class _Dealer:
         now = time.monotonic()
         for slot in self.slots:
             step = slot.where.get("step")
-            if slot.process is not None and slot.case is not None and step and now - slot.step_since >= progress.SLOW_STEP_S:
+            slow = step and now - slot.step_since >= progress.SLOW_STEP_S
+            if slot.process is not None and slot.case is not None and slow:
                 slot.bar.set_description_str(f"{slot.label()}: " + progress.slow_step_text(
                     self._case_id(slot.case), step, now - slot.step_since)[:160])
 
@@ -274,7 +258,7 @@ class _Dealer:
                 f"{slot.label()}: {self._case_id(slot.case)}: {slot.where.get('step') or ''}"[:160])
         else:
             _, index, rows, lost = message
-            self._write(rows)
+            self._write(index, rows)
             if lost:
                 self.echo(f"{slot.label()}: the GPU context was lost in case {self._case_id(index)}; "
                           "a new worker takes its device", flush=True)
@@ -283,10 +267,10 @@ class _Dealer:
             else:
                 self._deal(slot)
 
-    def _write(self, rows: list[dict]):
+    def _write(self, index: int, rows: list[dict]):
         self.bad += sum(r["verdict"] in ("FAIL", "ERROR") for r in rows)
         self.writer.write_case([{**self.run_.shared, **r} for r in rows])
-        self.run_.done.add(rows[0]["case_id"])
+        self.run_.done.add(self._case_id(index))
         self.ran += 1
         self.bar.update(1)
         self.bar.set_postfix_str(f"bad rows={self.bad}")

@@ -26,13 +26,14 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)   # passed on to the work
 
 
 class CaseInProgress(dict):
-    """The `where` dict of a running case (`variant`, `step`), mirrored into the run folder's
-    marker on every change, so a process that dies leaves the case and step it died in."""
+    """The `where` dict of a running case (`variant`, `step`), mirrored on every change into the
+    run folder's marker, so a process that dies leaves the case and step it died in, or, in a
+    worker of a parallel sweep, sent to the dealer (`send`), which keeps it for the same end."""
 
-    def __init__(self, folder: Path, case_id: str):
+    def __init__(self, folder: Path | None, case_id: str, send=None):
         super().__init__()
-        self.path = Path(folder) / MARKER
-        self.case_id = case_id
+        self.path = None if folder is None else Path(folder) / MARKER
+        self.case_id, self.send = case_id, send
         self.step_since = time.monotonic()   # when the step under way began (for the progress)
         self._write()
 
@@ -47,11 +48,15 @@ class CaseInProgress(dict):
         self._write()
 
     def _write(self):
-        _write_json(self.path, {"case_id": self.case_id, **self})
+        if self.path is not None:
+            _write_json(self.path, {"case_id": self.case_id, **self})
+        if self.send is not None:
+            self.send(dict(self))
 
     def finish(self):
         """The case ended in this process (rows written, or interrupted): no death to record."""
-        self.path.unlink(missing_ok=True)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
 
 
 def _write_json(path: Path, data: dict):
