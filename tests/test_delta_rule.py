@@ -165,10 +165,30 @@ def test_chunk_kernels_at_every_block_shape(op):
 def test_heads_wider_than_128_take_the_per_channel_kernels(op):
     """Past K = 128 a scalar gate (or none) runs on kda's kernels with the gate in every key
     channel (the scalar form's backward needs more shared memory than the H100 has): every
-    output and gradient, dg summed over the channels, against the float64 loop."""
+    output and gradient, dg with the pairs' part from the pair matrices, against the float64 loop."""
     spec = OPS[op]
     x = make_inputs(spec, 1, 70, 1, 136, 16, torch.float32, "normal", True, seed=8)
     assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.float32)
+
+
+def test_a_scalar_gates_pair_gradient_is_its_pair_matrices_rows_less_columns():
+    """`scalar_pair_gate_grad` against autograd: for A_ts = exp(G_t - G_s) M_ts in chunks of 4
+    rows (T = 10: a short last chunk), the gradient of sum(dA * A) in G, strictly below the
+    diagonal, is what it returns; and the pairs cancel over each chunk."""
+    from fla_kernels.ops.common.chunk_pairs import scalar_pair_gate_grad
+    chunk, B, T, H = 4, 2, 10, 3
+    gen = torch.Generator().manual_seed(3)
+    G = torch.randn(B, T, H, dtype=torch.float64, generator=gen).requires_grad_()
+    M, dA = (torch.randn(B, T, H, chunk, dtype=torch.float64, generator=gen) for _ in range(2))
+    cols = torch.arange(T)[:, None] // chunk * chunk + torch.arange(chunk)[None, :]   # [T, chunk]
+    G_s = G[:, cols.clamp(max=T - 1)]                                             # [B, T, chunk, H]
+    A = torch.exp(G[:, :, None, :] - G_s).permute(0, 1, 3, 2) * M
+    strict = (cols < torch.arange(T)[:, None])[None, :, None, :]
+    (dA * A * strict).sum().backward()
+    got = scalar_pair_gate_grad(dA.float(), A.detach().float(), chunk).double()
+    assert torch.allclose(got, G.grad, rtol=1e-5, atol=1e-5)
+    per_chunk = torch.stack([got[:, i:i + chunk].sum(1) for i in range(0, T, chunk)])
+    assert per_chunk.abs().max() < 1e-5 * got.abs().max()
 
 
 def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent"):

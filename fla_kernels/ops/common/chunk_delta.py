@@ -59,7 +59,8 @@ import triton.language as tl
 
 from fla_kernels.ops.common.autograd import needed, save_context, upstream
 from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel, cumgate_cols,
-                                                cumgate_row, cumgate_rows, decay)
+                                                cumgate_row, cumgate_rows, decay,
+                                                scalar_pair_gate_grad)
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
@@ -72,7 +73,10 @@ CHUNK = 64   # tokens per chunk; `unit_lower_inverse` merges 16-row blocks up to
 PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs.py)
 # past K = 128 the backward's chunk kernel with a scalar gate (or none), whose pair products it
 # forms itself, needs more shared memory than the H100 has (282,624 bytes at K = 256 against
-# 232,448): wider heads take the per-channel kernels, which form them in chunk_pairs.py
+# 232,448): wider heads take the per-channel kernels, which form them in chunk_pairs.py, with the
+# gate in every channel; a scalar gate's gradient then takes the pairs' part from the pair
+# matrices (`scalar_pair_gate_grad`), not as a sum of K channels' parts, whose row and column
+# roundings do not cancel (dg summed over t 2.7 x its bound at K = 256 on the H100)
 WIDEST_SCALAR_GATE = 128
 
 
@@ -404,6 +408,14 @@ def _blocks(K, V):
     return BK, 32, (8 if BK >= 128 else 4)
 
 
+def _every_channel(g, beta: torch.Tensor, K: int) -> torch.Tensor:
+    """The gate per key channel [B, T, H, K] for the per-channel kernels: g itself, a scalar gate
+    [B, T, H] in every channel, or zeros without a gate."""
+    if g is not None and g.dim() == 4:
+        return g
+    return (beta.new_zeros(beta.shape, dtype=torch.float32) if g is None else g)[..., None].expand(*beta.shape, K)
+
+
 def chunk_cumgate_channels(g: torch.Tensor, chunk: int) -> torch.Tensor:
     """[B, T, H, K] float64: the inclusive cumsum of g [B, T, H, K] inside each chunk of `chunk`
     rows (float64, so the pair kernels' differences of it keep float32 precision)."""
@@ -445,12 +457,12 @@ class ChunkDeltaFunction(torch.autograd.Function):
         BK, BV, num_warps = _blocks(K, V)
         grads = any(ctx.needs_input_grad[:7])
         f32 = dict(dtype=torch.float32, device=q.device)
-        channel = g is not None and g.dim() == 4
+        channel = (g is not None and g.dim() == 4) or K > WIDEST_SCALAR_GATE
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, CHANNEL=channel,
                      num_warps=num_warps, **product_settings(q.dtype))
         gc = Akk = Aqk = None
         if channel:
-            gc = chunk_cumgate_channels(g, CHUNK)
+            gc = chunk_cumgate_channels(_every_channel(g, beta, K), CHUNK)
             Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
             launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
                    BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"])
@@ -498,15 +510,20 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dk = torch.empty(k.shape, dtype=torch.float32 if channel else store_dtype(k.dtype), device=k.device)
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
-        dg = None if g is None else torch.empty(g.shape, **f32)
+        per_channel = g is not None and g.dim() == 4
+        dg = torch.empty(B, T, H, K, **f32) if channel else None if g is None else torch.empty(g.shape, **f32)
         pairs = None if channel else torch.empty(B, T, H, CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
         launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, states, vnew, do,
                dhs, dvnew, pairs, dAqk, dAkk, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
         if channel:
             launch(pair_grads_kernel, flat_grid(NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
-                   K=K, BT=CHUNK, BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"])
-            dg = chunk_reverse_cumsum(dg, CHUNK)
+                   K=K, BT=CHUNK, BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"],
+                   GATE_GRAD=per_channel)
+            if g is not None and not per_channel:
+                dg = (dg.sum(-1) + scalar_pair_gate_grad(dAqk, Aqk, CHUNK)
+                      + scalar_pair_gate_grad(dAkk, Akk, CHUNK))
+            dg = None if g is None else chunk_reverse_cumsum(dg, CHUNK)
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
@@ -520,10 +537,6 @@ def chunk_delta(q, k, v, beta, g, scale, initial_state, output_final_state, cu_s
     """
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
-    if K > WIDEST_SCALAR_GATE and (g is None or g.dim() == 3):
-        # the kernels of a gate per key channel, with one gate in every channel (zero without one;
-        # expand's gradient sums the channels' back into g's)
-        g = (beta.new_zeros(beta.shape, dtype=torch.float32) if g is None else g)[..., None].expand(*beta.shape, K)
     packing = None if cu_seqlens is None else Packing(cu_seqlens, CHUNK, q.device)
     return apply_packed(ChunkDeltaFunction, packing, (q, k, v, beta, g), (True,) * 5,
                         scale, initial_state, bool(output_final_state))
