@@ -22,11 +22,12 @@ class Execution:
 
 class RunFailed(Exception):
     """An implementation's run stopped before its gradients: it returned something the op does not
-    (`tensor` names it), or its backward raised. `forward` holds the outputs it returned that
-    match the op, which are still compared with the golden. `verdict` is the row it gets: SKIP
-    for a forward-only implementation, whose backward raises NotImplementedError (upstream's
-    fused_recurrent of gated_delta_rule) or whose outputs carry no gradient (upstream's
-    fused_recurrent_kda, outside autograd), else ERROR."""
+    (`tensor` names it), or its backward raised; or it lacks part of what the case calls (an
+    adapter of an older release raises it: harness.upstream). `forward` holds the outputs it
+    returned that match the op, which are still compared with the golden. `verdict` is the row it
+    gets: SKIP for a forward-only implementation, whose backward raises NotImplementedError
+    (upstream's fused_recurrent of gated_delta_rule) or whose outputs carry no gradient
+    (upstream's fused_recurrent_kda, outside autograd), and for what a release lacks; else ERROR."""
 
     def __init__(self, message: str, forward: dict, tensor: str = "", verdict: str = "ERROR"):
         super().__init__(message)
@@ -193,7 +194,9 @@ def unsupported(fn, spec: OpSpec, case: Case) -> str:
 def rejected_or_error(exc: BaseException, case: Case) -> tuple[str, str]:
     """(verdict, message) of a run that raised: SKIP where the implementation says it does not
     implement what the case asks beyond the core call (NotImplementedError on a packed case or
-    an option), else ERROR."""
+    an option), a RunFailed's own verdict, else ERROR."""
+    if isinstance(exc, RunFailed):
+        return exc.verdict, describe_error(exc)
     if isinstance(exc, NotImplementedError) and (case.packed or case.option != "none"):
         return "SKIP", f"the implementation rejects this case's call: {describe_error(exc)}"
     return "ERROR", describe_error(exc)

@@ -1,5 +1,6 @@
-"""`--impl fla`: upstream fla's variants in the place of ours, checked with a stand-in `fla` package
-(fla itself needs a GPU driver to autotune), and the one-line error when fla is missing."""
+"""`--impl fla`: upstream fla's variants in the place of ours, checked with stand-in `fla` packages
+(fla itself needs a GPU driver to autotune) shaped like its releases (tests/stand_in_releases.py),
+and the one-line error when fla is missing."""
 import importlib
 import sys
 import textwrap
@@ -10,12 +11,23 @@ import torch
 
 from harness import upstream
 from harness.cli import main
+from tests import stand_in_releases as releases
 
 STUB = {
     "fla/__init__.py": "__version__ = '0.6.0'",
     "fla/ops/__init__.py": "",
     "fla/ops/gla/__init__.py": """
-        from fla_kernels.ops.gla import chunk_gla, fused_recurrent_gla
+        from fla_kernels.ops.gla import chunk_gla, fused_recurrent_gla as _recurrent
+
+        def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None,
+                                output_final_state=False, reverse=False, state_v_first=False,
+                                cu_seqlens=None, **kwargs):
+            assert gv is None and not reverse and not state_v_first and not kwargs
+            return _recurrent(q, k, v, gk, scale=scale, initial_state=initial_state,
+                              output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+
+        def fused_chunk_gla(**kwargs):
+            raise NotImplementedError("`fused_chunk_gla` is deprecated. Please use `chunk_gla` instead.")
     """,
     "fla/ops/linear_attn/__init__.py": """
         from fla_kernels.ops.linear_attn import chunk_linear_attn as _chunk
@@ -91,6 +103,12 @@ def stub_fla(tmp_path, monkeypatch):
     yield from _installed(STUB, tmp_path, monkeypatch)
 
 
+@pytest.fixture()
+def release(request, tmp_path, monkeypatch):
+    """The stand-in release named by the test's parameter (tests/stand_in_releases.py) as fla."""
+    yield from _installed(getattr(releases, request.param), tmp_path, monkeypatch)
+
+
 def _installed(files, tmp_path, monkeypatch):
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +136,9 @@ def test_fla_runs_in_place_of_every_variant_it_has(stub_fla, tmp_path):
     assert dict(zip(golden["variant"], golden["impl"])) == {
         "chunk": "fla.ops.gla:chunk_gla [fla 0.6.0]",
         "fused_recurrent": "fla.ops.gla:fused_recurrent_gla [fla 0.6.0]"}   # the release in every row
-    assert "fused_chunk" not in set(rows["variant"])  # fla's fused_chunk_gla only raises
+    stub = rows[rows["variant"] == "fused_chunk"]   # fla's fused_chunk_gla only raises
+    assert list(stub["verdict"]) == ["SKIP"]
+    assert "fla 0.6.0's fused_chunk_gla raises NotImplementedError" in stub["message"].iloc[0]
 
 
 @pytest.mark.parametrize("op,impl", [("gla", "fla.ops.gla:chunk_gla"),
@@ -142,10 +162,10 @@ def test_inputs_a_release_takes_at_other_places_go_by_keyword(old_fla, tmp_path)
     assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
 
 
-def test_fitting_leaves_a_function_of_our_order_alone():
+def test_fitting_leaves_a_call_of_our_order_alone():
     def ours_order(q, k, v, g, beta, scale=None):
-        pass
-    assert upstream.fitted(ours_order, ["q", "k", "v", "g", "beta"]) is ours_order
+        return q, k, v, g, beta, scale
+    assert upstream.fitted(ours_order, ["q", "k", "v", "g", "beta"])(1, 2, 3, 4, 5, scale=6) == (1, 2, 3, 4, 5, 6)
 
 
 def test_linear_attention_is_called_unnormalised(stub_fla, tmp_path):
@@ -156,7 +176,8 @@ def test_linear_attention_is_called_unnormalised(stub_fla, tmp_path):
     assert "implementations under test: `harness.upstream:fla_chunk_linear_attn [fla 0.6.0]`" in summary
 
 
-def test_asking_for_a_variant_fla_lacks_is_a_usage_error(stub_fla, tmp_path, capsys):
+def test_asking_for_a_variant_fla_lacks_is_a_usage_error(stub_fla, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(upstream, "targets", lambda name, op: {"chunk": "fla.ops.gla:chunk_gla"})
     code = main(["sweep", "--op", "gla", "--impl", "fla", "--variant", "fused_chunk", "--preset", "smoke",
                  "--out", str(tmp_path / "out")])
     assert code == 2
@@ -192,3 +213,85 @@ def test_the_adapters_allocations_under_test_are_flas():
     assert package_of(torch.nn.functional.linear) is None
     from tests.implementations import baseline_like
     assert package_of(baseline_like) == "tests"
+
+
+def _verdicts(rows) -> dict:
+    """{(check, tensor): verdict} of a sweep's golden and run rows."""
+    shown = rows[rows["check"].isin(["golden", "run"])]
+    return dict(zip(zip(shown["check"], shown["tensor"].fillna("")), shown["verdict"]))
+
+
+@pytest.mark.parametrize("release", ["RELEASE_0_1_0"], indirect=True)
+def test_fla_0_1_chunk_rwkv6_takes_r_and_w_under_their_earlier_names(release, tmp_path):
+    code, rows = sweep(tmp_path, "rwkv6", "--variant", "chunk")
+    assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
+
+
+def test_renamed_inputs_keep_their_place_when_others_move():
+    """An input under its earlier name (EARLIER_NAMES) after one the release takes elsewhere."""
+    def release(q, k, v, extra=None, g=None, u=None, scale=None):
+        return dict(q=q, k=k, v=v, extra=extra, g=g, u=u, scale=scale)
+    got = upstream.fitted(release, ["r", "k", "v", "w", "u"])("R", "K", "V", "W", "U", scale=1)
+    assert got == dict(q="R", k="K", v="V", extra=None, g="W", u="U", scale=1)
+
+
+@pytest.mark.parametrize("release", ["RELEASE_0_2_2"], indirect=True)
+def test_gsa_final_states_as_a_list_chain_and_compare(release, tmp_path):
+    """fla's gsa returns [hkt, hvt] ([None, None] without them); segments chain through the list."""
+    code, rows = sweep(tmp_path, "gsa", "--variant", "fused_recurrent", "--checks", "segments,options")
+    assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
+    assert {"segments", "options"} <= set(rows["check"])
+
+
+@pytest.mark.parametrize("release,op,args,why", [
+    ("RELEASE_0_2_2", "simple_gla", ["--option", "g_gamma"], "does not take g_gamma"),
+    ("RELEASE_0_3_2", "linear_attn", ["--varlen", "packed", "--h0", "none"],
+     "fla 0.3.2's chunk_linear_attn takes no cu_seqlens"),
+], indirect=["release"])
+def test_what_a_release_does_not_take_is_a_skip(release, tmp_path, op, args, why):
+    code, rows = sweep(tmp_path, op, "--variant", "chunk", *args)
+    assert code == 0 and list(rows["verdict"]) == ["SKIP"] and why in rows["message"].iloc[0]
+
+
+@pytest.mark.parametrize("release,o", [("RELEASE_0_3_2", "FAIL"), ("RELEASE_0_4_2", "PASS")], indirect=["release"])
+def test_a_release_without_the_normaliser_state_shows_its_normalised_output(release, tmp_path, o):
+    """Before fla 0.5 normalize=True keeps no z: o and ht are compared, zt is a SKIP, a case with
+    z0 too; fla 0.3's normalisation over H fails o."""
+    code, rows = sweep(tmp_path, "linear_attn", "--variant", "fused_recurrent", "--option", "normalize",
+                       "--h0", "none,grad")
+    assert _verdicts(rows) == {("golden", "o"): o, ("golden", "ht"): "PASS", ("run", "zt"): "SKIP",
+                               ("run", ""): "SKIP"}
+    assert code == (1 if o == "FAIL" else 0)
+    assert "takes no normaliser state z0" in " ".join(rows["message"].dropna())
+
+
+@pytest.mark.parametrize("release", ["RELEASE_0_5_2"], indirect=True)
+def test_a_release_with_the_normaliser_state_takes_and_gives_the_pair(release, tmp_path):
+    code, rows = sweep(tmp_path, "linear_attn", "--variant", "chunk", "--option", "normalize",
+                       "--checks", "segments")
+    assert code == 0, rows[rows["verdict"] != "PASS"][["tensor", "message"]]
+    assert {"zt", "dz0"} <= set(rows.loc[rows["check"] == "segments", "tensor"])
+
+
+@pytest.mark.parametrize("release", ["RELEASE_0_4_2"], indirect=True)
+def test_a_release_that_fails_on_its_default_scale_is_not_helped(release):
+    """fla 0.3-0.4's fused linear attention computes q * None with scale=None and normalize=True:
+    the adapter passes scale as given (the harness gives K ** -0.5 itself)."""
+    q = torch.rand(1, 4, 1, 8)
+    with pytest.raises(TypeError):
+        upstream.fla_fused_chunk_linear_attn(q, q, q, scale=None, normalize=True)
+
+
+@pytest.mark.parametrize("release,verdict", [("RELEASE_0_1_0", "PASS"), ("RELEASE_0_4_2", "SKIP")],
+                         indirect=["release"])
+def test_fused_chunk_gla_where_a_release_has_it_and_where_it_only_raises(release, tmp_path, verdict):
+    code, rows = sweep(tmp_path, "gla", "--variant", "fused_chunk")
+    assert code == 0 and set(rows["verdict"]) == {verdict}
+
+
+@pytest.mark.parametrize("release", ["RELEASE_0_1_0"], indirect=True)
+def test_scale_none_is_the_default_where_a_release_means_it_by_another_value(release):
+    from fla.ops.gla import fused_chunk_gla
+    q, g = torch.rand(1, 4, 1, 8), -torch.rand(1, 4, 1, 8)
+    fitted = upstream.fitted(fused_chunk_gla, ["q", "k", "v", "g"])
+    assert torch.equal(fitted(q, q, q, g, scale=None)[0], fitted(q, q, q, g, scale=8 ** -0.5)[0])
