@@ -34,6 +34,15 @@ def _tf32_once(a, b, FP32_DOT: tl.constexpr):
     return dot.mma(a, b, FP32_DOT, tl.float32)
 
 
+@triton.jit
+def _bf16_for_tf32(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """A planted `mma` that takes bf16 operands where tf32 ones are asked for."""
+    if OPERAND_DTYPE == tl.float32:
+        return dot.mma(a, b, FP32_DOT, tl.bfloat16)
+    else:
+        return dot.mma(a, b, FP32_DOT, OPERAND_DTYPE)
+
+
 PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once}
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SPLIT_PRODUCTS = ("mma_split", "mma_tf32_split")   # what a planted product takes the place of
@@ -69,9 +78,13 @@ def gate_sums(op, variant, dtype, T, gate, planted):
     return {r["tensor"]: (r["verdict"], r["message"]) for r in rows if r["tensor"].startswith("dg")}
 
 
-def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks):
+def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks, planted=""):
     """{"check: tensor": (verdict, err, bound, floor)} of every row of one case of our `variant`
-    with the checks named in `checks` (comma-separated, or "none")."""
+    with the checks named in `checks` (comma-separated, or "none"); planted "walk_bf16": the
+    state walks' tf32 products (ops/common/chunk_state.py) take bf16 operands instead."""
+    if planted == "walk_bf16":
+        from fla_kernels.ops.common import chunk_state
+        chunk_state.mma = _bf16_for_tf32
     spec = get_op(op)
     case = Case(op=op, dtype=dtype, B=int(B), T=int(T), H=int(H), K=int(K), V=int(V), h0="grad",
                 gate=gate, seed=0, varlen=varlen, option=option)
