@@ -1,5 +1,5 @@
 """Stand-in `fla` packages shaped like single upstream releases (their public functions' signatures,
-defaults, layouts and return forms as the released code has them, `.gpu/fla_release_apis.md`),
+defaults, layouts and return forms as each release's code has them, read from its tagged source),
 computing with our kernels so that they run on CPU. Each is {path: source} for
 tests/test_upstream.py's `_installed`."""
 

@@ -29,7 +29,7 @@ Two [BT, BT] products are needed transposed as well; each goes through per-chunk
 is read back transposed (`_transposed`), not `tl.trans` of a dot's result (one such product was
 miscompiled on Hopper, see DESIGN.md).
 
-Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, .gpu probes):
+Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, run on the GPU):
 - `acc += dot(a, b_t * vec[None, :])` over two or more V-blocks with 4 warps, b_t a transposed
   load, came out wrong (dk, dbeta off by 30-90 %); the V-loop's products take unscaled operands
   and beta scales the sum once after the loop.
