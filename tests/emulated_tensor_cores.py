@@ -36,7 +36,8 @@ def _tf32_once(a, b, FP32_DOT: tl.constexpr):
 
 @triton.jit
 def _bf16_for_tf32(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """A planted `mma` that takes bf16 operands where tf32 ones are asked for."""
+    """A planted `mma` that takes bf16 operands where tf32 ones are asked for (the state walks'
+    product of decayed keys before it took tf32 ones, ops/common/chunk_state.py)."""
     if OPERAND_DTYPE == tl.float32:
         return dot.mma(a, b, FP32_DOT, tl.bfloat16)
     else:
@@ -78,13 +79,9 @@ def gate_sums(op, variant, dtype, T, gate, planted):
     return {r["tensor"]: (r["verdict"], r["message"]) for r in rows if r["tensor"].startswith("dg")}
 
 
-def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks, planted=""):
+def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks):
     """{"check: tensor": (verdict, err, bound, floor)} of every row of one case of our `variant`
-    with the checks named in `checks` (comma-separated, or "none"); planted "walk_bf16": the
-    state walks' tf32 products (ops/common/chunk_state.py) take bf16 operands instead."""
-    if planted == "walk_bf16":
-        from fla_kernels.ops.common import chunk_state
-        chunk_state.mma = _bf16_for_tf32
+    with the checks named in `checks` (comma-separated, or "none")."""
     spec = get_op(op)
     case = Case(op=op, dtype=dtype, B=int(B), T=int(T), H=int(H), K=int(K), V=int(V), h0="grad",
                 gate=gate, seed=0, varlen=varlen, option=option)
@@ -95,12 +92,32 @@ def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks, p
             for r in rows}
 
 
+def walk_error(planted=""):
+    """max |ht - ht64| / max |ht64| of gla's chunked final state (B = 1, T = 64, H = 1, K = V = 32,
+    bf16 inputs, gates logsigmoid(x) / 4) against the float64 loop on the same inputs; planted
+    "walk_bf16": the state walk's tf32 products take bf16 operands instead."""
+    from fla_kernels.ops.common import chunk_state
+    from fla_kernels.ops.gla import chunk_gla
+    from references.gla import gla_recurrent
+    if planted == "walk_bf16":
+        chunk_state.mma = _bf16_for_tf32
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, x = (torch.randn(1, 64, 1, 32, generator=gen) for _ in range(4))
+    q, k, v = (t.bfloat16().to(DEVICE) for t in (q, k, v))
+    g = (torch.nn.functional.logsigmoid(x) / 4).bfloat16().to(DEVICE)
+    ht = chunk_gla(q, k, v, g, output_final_state=True)[1]
+    ht64 = gla_recurrent(q.double(), k.double(), v.double(), g.double(), output_final_state=True)[1]
+    return ((ht.double() - ht64).abs().max() / ht64.abs().max()).item()
+
+
 if __name__ == "__main__":
     job = sys.argv[1]
     if job == "products":
         print(json.dumps(products()))
     elif job == "case":
         print(json.dumps(case_rows(*sys.argv[2:])))
+    elif job == "walk":
+        print(json.dumps(walk_error(*sys.argv[2:])))
     else:
         op, variant, dtype, T, gate, planted = sys.argv[2:]
         print(json.dumps(gate_sums(op, variant, dtype, int(T), gate, planted if planted in PLANTED else None)))
