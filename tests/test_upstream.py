@@ -295,3 +295,25 @@ def test_scale_none_is_the_default_where_a_release_means_it_by_another_value(rel
     q, g = torch.rand(1, 4, 1, 8), -torch.rand(1, 4, 1, 8)
     fitted = upstream.fitted(fused_chunk_gla, ["q", "k", "v", "g"])
     assert torch.equal(fitted(q, q, q, g, scale=None)[0], fitted(q, q, q, g, scale=8 ** -0.5)[0])
+
+
+@pytest.mark.parametrize("release", ["RELEASE_0_1_0", "RELEASE_0_4_2"], indirect=True)
+def test_the_bench_calls_a_release_as_the_sweep_does(release):
+    """`bench --impls fla` times fla's functions fitted to their release: 0.1's fused_chunk_gla
+    in our layout (head_first=False), 0.4.2's stub as a SKIP row, not an ERROR."""
+    import fla
+    from harness.bench import candidates, measure
+    from harness.cases import Case
+    from harness.inputs import make_inputs
+    from harness.registry import get_op
+    spec = get_op("gla")
+    case = Case("gla", "fp32", 1, 8, 2, 8, 8, "none", "normal", 0)
+    inputs = make_inputs(spec, case, "cpu")
+    (c,) = candidates(spec, ["fused_chunk"], ["fla"])
+    rows = measure(c, spec, case, inputs)
+    if fla.__version__ == "0.1":
+        args = [x.detach() for x in inputs.tensors.values()]
+        theirs, ours = c.fn(*args, scale=inputs.scale)[0], spec.variant_fn("fused_chunk")(*args, scale=inputs.scale)[0]
+        assert torch.equal(theirs, ours) and all(r["message"] == "" for r in rows)
+    else:
+        assert [r["message"][:6] for r in rows] == ["SKIP: "]
