@@ -41,7 +41,8 @@ final state) to its final state (or the gradient of its initial state).
 
 Every kernel loads its operands as float32 right away; matrix products go
 through `mma`, so fp32 inputs get exact IEEE products and bf16 / fp16 inputs
-tensor-core operands of their own dtype. Offsets are int64.
+tensor-core operands of their own dtype, except a walk's decayed or scaled rows, which
+are computed and enter as rounded tf32 (`_walk_step`). Offsets are int64.
 """
 from __future__ import annotations
 
