@@ -118,8 +118,16 @@ def _worker(argv: list[str], conn, threads: int):
         where = CaseInProgress(None, case.case_id, send=lambda where: conn.send(("step", where)))
         rows, lost = case_rows(spec, case, impls, dev, setup.case_checks[index], setup.cache, where)
         conn.send(("rows", index, rows, lost))
-        if lost:
-            return
+        if lost:   # the rows are in the pipe; a dead context's teardown can hang, so none is run
+            os._exit(0)
+
+
+def _end(process, grace_s: float = 30.0):
+    """Wait for a worker that is done to exit; kill it if it has not within `grace_s`."""
+    process.join(timeout=grace_s)
+    if process.is_alive():
+        process.kill()
+        process.join()
 
 
 @dataclass
@@ -233,7 +241,7 @@ class _Dealer:
         else:
             slot.case = None
             slot.conn.send(None)
-            slot.process.join()
+            _end(slot.process)
             slot.process = None
             slot.bar.set_description_str(f"{slot.label()}: done")
 
@@ -262,7 +270,7 @@ class _Dealer:
             if lost:
                 self.echo(f"{slot.label()}: the GPU context was lost in case {self._case_id(index)}; "
                           "a new worker takes its device", flush=True)
-                slot.process.join()
+                _end(slot.process)
                 self._start(slot)
             else:
                 self._deal(slot)

@@ -151,3 +151,16 @@ def test_each_gate_sweep_sees_one_gpu_in_turn(monkeypatch, tmp_path):
     monkeypatch.setattr(gate.subprocess, "run", run)
     gate.run_sweeps(["a", "b", "c", "d"], [{}], tmp_path, jobs=2, echo=lambda *a, **k: None)
     assert sorted(seen) == ["3", "3", "5", "5"]
+
+
+def test_a_worker_that_does_not_exit_when_done_is_killed():
+    """A worker past its last case (or whose GPU context died, whose teardown can hang) gets a
+    grace period to exit, then is killed, so the sweep never waits on it forever."""
+    import multiprocessing
+    import time
+    from harness.parallel import _end
+    stuck = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(60,), daemon=True)
+    stuck.start()
+    start = time.monotonic()
+    _end(stuck, grace_s=0.5)
+    assert not stuck.is_alive() and stuck.exitcode == -9 and time.monotonic() - start < 30
