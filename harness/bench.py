@@ -63,13 +63,11 @@ def candidates(spec: OpSpec, variants, sources) -> list[Candidate]:
     for c in found:
         if c.skip:
             continue
-        try:
-            fn = load_function(c.target)
+        try:   # fla's called as the sweep calls it: fitted to its release
+            fn = upstream.set_function(c.target, spec) if c.impl == "fla" else load_function(c.target)
         except ValueError as exc:
             c.error = str(exc)
             continue
-        if c.impl == "fla":   # called as the sweep calls it: fitted to its release
-            fn = upstream.fitted(fn, [s.name for s in spec.inputs])
         c.fn = fn if c.impl != "torch" else functools.partial(fn, chunk_size=CHUNK, operand_dtype=None)
     return found
 

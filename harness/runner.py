@@ -42,9 +42,8 @@ def implementations(spec: OpSpec, variants, external: dict, releases: dict | Non
     releases = releases or {}
     for variant in variants:
         if variant in external:
-            fn = load_function(external[variant])
-            if variant in releases:   # an implementation set's function: fitted to its release
-                fn = upstream.fitted(fn, [s.name for s in spec.inputs])
+            target = external[variant]
+            fn = upstream.set_function(target, spec) if variant in releases else load_function(target)
             label = external[variant] + (f" [{releases[variant]}]" if variant in releases else "")
             result.append(Implementation(variant, label, fn))
         else:

@@ -21,6 +21,7 @@ import inspect
 import re
 import sys
 
+from harness.declaration import load_function
 from harness.execution import RunFailed, describe_error
 from harness.registry import get_op
 
@@ -89,8 +90,21 @@ def fitted(fn, input_names: list[str]):
             return fn(*args, **kwargs)
         except NotImplementedError as exc:
             raise _lacks(f"{label} raises {describe_error(exc)}") from exc
-    call.package_under_test = (getattr(fn, "__module__", "") or "").split(".")[0] or None
+    call.package_under_test = (getattr(fn, "package_under_test", None)   # an adapter's, as it says
+                               or (getattr(fn, "__module__", "") or "").split(".")[0] or None)
     return call
+
+
+def set_function(target: str, spec):
+    """The 'module:function' of an implementation set, loaded and fitted to its release, as the
+    sweep and the bench call it."""
+    return fitted(load_function(target), [s.name for s in spec.inputs])
+
+
+@functools.lru_cache(maxsize=None)
+def _fitted_once(fn):
+    """`fitted` of a linear-attention function, read once per function, not at every call."""
+    return fitted(fn, ["q", "k", "v"])
 
 
 def _parameters(fn) -> dict:
@@ -162,9 +176,9 @@ def _linear_attn(function: str):
         stateless = normalize and () < _version("fla") < STATEFUL_NORMALIZE   # (): unknown, the newest
         if stateless and isinstance(initial_state, tuple):
             raise _lacks(f"{_label(fn)} takes no normaliser state z0 with normalize=True")
-        o, final = fitted(fn, ["q", "k", "v"])(q, k, v, scale=scale, initial_state=initial_state,
-                                               output_final_state=output_final_state,
-                                               normalize=normalize, **options)
+        o, final = _fitted_once(fn)(q, k, v, scale=scale, initial_state=initial_state,
+                                    output_final_state=output_final_state, normalize=normalize,
+                                    **options)
         if stateless and output_final_state:
             raise RunFailed(f"the release lacks the final zt: {_label(fn)} keeps no normaliser state "
                             "with normalize=True, so the gradients, which zt's reaches, are not "

@@ -209,6 +209,7 @@ def test_the_adapters_allocations_under_test_are_flas():
     calls; a function of any other package is its own."""
     from harness.allocations import package_of
     assert package_of(upstream.fla_chunk_linear_attn) == "fla"
+    assert package_of(upstream.fitted(upstream.fla_chunk_linear_attn, ["q", "k", "v"])) == "fla"
     assert package_of(upstream.fitted(fitted_old, ["q", "k", "v"])) == "tests"
     assert package_of(torch.nn.functional.linear) is None
     from tests.implementations import baseline_like
