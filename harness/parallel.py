@@ -122,12 +122,16 @@ def _worker(argv: list[str], conn, threads: int):
             os._exit(0)
 
 
-def _end(process, grace_s: float = 30.0):
-    """Wait for a worker that is done to exit; kill it if it has not within `grace_s`."""
+def _end(process, grace_s: float = 30.0, ask: bool = False):
+    """Wait for a worker that is done to exit (asked to with SIGTERM when `ask`: an interrupted
+    sweep's); kill it if it has not within `grace_s`, so that no worker, stuck in a compile or in
+    its GPU's driver, holds the sweep's end (an interrupted sweep waited on each without limit)."""
+    if ask:
+        process.terminate()
     process.join(timeout=grace_s)
     if process.is_alive():
         process.kill()
-        process.join()
+        process.join(timeout=grace_s)
 
 
 @dataclass
@@ -307,7 +311,6 @@ class _Dealer:
     def close(self):
         for slot in self.slots:
             if slot.process is not None:
-                slot.process.terminate()
-                slot.process.join()
+                _end(slot.process, grace_s=10.0, ask=True)
             slot.bar.close()
         self.bar.close()

@@ -178,3 +178,30 @@ def test_sum_across_heads_takes_the_groups_errors_when_the_baselines_cancel():
     rows = _sums(gold + 4e-3 / 8, gold, base)
     assert rows["b, t, h"]["verdict"] == "FAIL"
     assert "the sum over b, t, h" in rows["b, t, h"]["message"]
+
+
+def _rounded_sums(x, gold, base):
+    from harness.metrics import compare_sums
+    tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
+    return dict(compare_sums(x, gold, base, tol, torch.bfloat16, across_heads=False))
+
+
+def test_sums_allow_fresh_roundings_of_no_sign_and_fail_those_of_one_sign():
+    """A golden whose rounding to bf16 sums to nothing (pairs a, -a) and a baseline that rounds as it
+    does leave a bound of 0. A kernel whose elements round one bf16 unit the other way, at 40 tokens
+    of random signs, is chance (its sum leans under 4 x the root sum of squares of its deviations)
+    and passes within the spread of fresh roundings; the same 40 deviations of one sign fail."""
+    gen = torch.Generator().manual_seed(0)
+    half = torch.randn(1, 2048, 1, 1, generator=gen, dtype=torch.float64)
+    gold = torch.cat([half, -half], dim=1)
+    rounded = gold.to(torch.bfloat16).to(torch.float64)
+    ulp = torch.zeros_like(gold)
+    picked = torch.randperm(4096, generator=gen)[:40]
+    ulp[0, picked] = rounded[0, picked].abs() * 2.0 ** -7
+    signs = torch.randint(0, 2, gold.shape, generator=gen).to(torch.float64) * 2 - 1
+    assert (rounded - gold).sum().abs() < 1e-12
+    noise = _rounded_sums(rounded + ulp * signs, gold, rounded)["t"]
+    assert noise["verdict"] == "PASS" and noise["err"] > 0 and noise["bound"] >= noise["err"], noise
+    bias = _rounded_sums(rounded + ulp, gold, rounded)["t"]
+    assert bias["verdict"] == "FAIL", bias
+    assert "lean one way, 4.99 x their root sum of squares (chance: up to 4)" in bias["message"], bias

@@ -153,6 +153,29 @@ def test_each_gate_sweep_sees_one_gpu_in_turn(monkeypatch, tmp_path):
     assert sorted(seen) == ["3", "3", "5", "5"]
 
 
+def _deaf_to_sigterm(ready):
+    import signal
+    import time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(60)
+
+
+def test_a_worker_that_does_not_exit_when_asked_is_killed():
+    """An interrupted sweep asks its workers to stop; one that does not is killed."""
+    import multiprocessing
+    import time
+    from harness.parallel import _end
+    spawn = multiprocessing.get_context("spawn")
+    ready = spawn.Event()
+    deaf = spawn.Process(target=_deaf_to_sigterm, args=(ready,), daemon=True)
+    deaf.start()
+    assert ready.wait(60)
+    start = time.monotonic()
+    _end(deaf, grace_s=0.5, ask=True)
+    assert not deaf.is_alive() and deaf.exitcode == -9 and time.monotonic() - start < 30
+
+
 def test_a_worker_that_does_not_exit_when_done_is_killed():
     """A worker past its last case (or whose GPU context died, whose teardown can hang) gets a
     grace period to exit, then is killed, so the sweep never waits on it forever."""

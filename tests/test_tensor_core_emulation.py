@@ -1,5 +1,5 @@
 """FLA_EMULATE_TENSOR_CORES: the interpreter rounds 16-bit operands as the tensor cores read them,
-so a CPU run sees the bias one such rounding leaves in a gate gradient's sums. The three kernels
+so a CPU run sees the bias one such rounding leaves in a gate gradient's sums. Two kernels
 fixed for it on the H100 pass there, and each of them with its split products planted back to
 one rounding fails its dg sums, and only them."""
 import pytest
@@ -13,9 +13,11 @@ def test_products_round_their_operands_to_the_operand_dtype():
         assert from_exact > 1e-3, dtype            # and not the exact product of the inputs
 
 
-# the H100 cases the sums failed on before, and the products each kernel's split ones replaced
+# the H100 cases the sums failed on before, and the products each kernel's split ones replaced.
+# Simple GLA's (chunk, fp16, tf32) is not among them: emulated, its one rounding leaves noise of
+# no sign (sums leaning 0.1 to 1.8 x their spread at T = 65 and 1000), which the sums allow; the
+# bias it had on the H100 came from the tensor cores themselves
 CASES = [("gla", "fused_chunk", "bf16", 65, "strong", "bf16"),
-         ("simple_gla", "chunk", "fp16", 65, "normal", "tf32"),
          ("gsa", "chunk", "fp16", 65, "normal", "tf32")]
 
 
