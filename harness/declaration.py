@@ -62,9 +62,12 @@ class Symbol:
 @dataclass(frozen=True)
 class LayerSpec:
     """The op's torch.nn layer ("module:Class") and the constructor arguments taken from the
-    case's symbols beyond the heads ({"num_slots": "M"})."""
+    case's symbols beyond the heads ({"num_slots": "M"}); `upstream`: set ("fla") -> (its layer
+    "module:Class", its constructor arguments: a string names a size of the case, as
+    `harness.upstream_layers.shape_arguments` reads them, anything else is itself)."""
     target: str
     symbol_args: dict = field(default_factory=dict)
+    upstream: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,14 @@ def kernels(op: str, *variants: str) -> dict:
 def fla(op: str, *variants: str) -> dict:
     """An `upstream` entry: upstream fla's functions of the same names ("fla.ops.<op>:<variant>_<op>")."""
     return {"fla": {v: f"fla.ops.{op}:{v}_{op}" for v in variants}}
+
+
+def fla_layer(name: str, by_head_dim: bool = False, **arguments) -> dict:
+    """A `LayerSpec.upstream` entry: upstream fla's layer "fla.layers:<name>", its heads sized from
+    the case by expansion of the hidden size (key width K, value width V) or, `by_head_dim`, by
+    head dimension (the delta-rule layers: head_dim K, expand_v V / K); more `arguments` as given."""
+    heads = ({"head_dim": "K", "expand_v": "V/K"} if by_head_dim else {"expand_k": "K/V", "expand_v": 1.0})
+    return {"fla": (f"fla.layers:{name}", {"hidden_size": "H*V", "num_heads": "H", **heads, **arguments})}
 
 
 def load_function(target: str) -> Callable:

@@ -1,7 +1,25 @@
 """Stand-in `fla` packages shaped like single upstream releases (their public functions' signatures,
 defaults, layouts and return forms as each release's code has them, read from its tagged source),
-computing with our kernels so that they run on CPU. Each is {path: source} for
-tests/test_upstream.py's `_installed`."""
+computing with our kernels so that they run on CPU. Each is {path: source} for `installed`."""
+import importlib
+import sys
+import textwrap
+
+
+def installed(files: dict, tmp_path, monkeypatch):
+    """A fixture's body: `files` ({path: source}) written under tmp_path and importable as the
+    only fla, for the test's duration."""
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield
+    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
+        del sys.modules[name]
+
 
 # fla 0.1.0: chunk_rwkv6 takes (q, k, v, g, u) where later releases take (r, k, v, w, u); both rwkv6
 # functions and fused_chunk_gla (scale=-1 meaning K ** -0.5) default to head_first=True

@@ -226,6 +226,18 @@ def test_html_table_hooks_and_colours(mixed_html):
     assert not re.search(r"<td[^>]*>nan</td>", results)  # NaN: a number the row does not have
 
 
+def test_a_long_run_keeps_every_row_but_the_pass_rows_farthest_from_their_bounds(mixed_df, monkeypatch):
+    monkeypatch.setattr("reports.html.ALL_ROWS_SHOWN", 8)   # 6 rows that are not PASS, 4 PASS
+    page = render_html(mixed_df, plots=False)
+    table = page[page.index('id="results"'):]
+    table = table[:table.index("</table>")]
+    shown = set(re.findall(r"(gla-[a-z]+|rwkv6-[a-z-]+|gsa-skip)", table))
+    assert {"rwkv6-fail-dk", "rwkv6-fail-dw", "gla-nan", "gla-shape", "rwkv6-error", "gsa-skip"} <= shown
+    assert "gla-ext" in shown and "gla-agree" not in shown   # err/bound 0.5 kept, 0.1 left out
+    assert table.count("<tr>") == 1 + 8
+    assert "2 PASS rows farthest from their bounds are left out of this table" in page
+
+
 def test_html_embeds_plots(mixed_html):
     imgs = re.findall(r'<img[^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"', mixed_html)
     assert len(imgs) == 2 and all(base64.b64decode(b).startswith(PNG_MAGIC) for b in imgs)

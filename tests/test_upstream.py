@@ -1,9 +1,7 @@
 """`--impl fla`: upstream fla's variants in the place of ours, checked with stand-in `fla` packages
 (fla itself needs a GPU driver to autotune) shaped like its releases (tests/stand_in_releases.py),
 and the one-line error when fla is missing."""
-import importlib
 import sys
-import textwrap
 
 import pandas as pd
 import pytest
@@ -12,6 +10,7 @@ import torch
 from harness import upstream
 from harness.cli import main
 from tests import stand_in_releases as releases
+from tests.stand_in_releases import installed
 
 STUB = {
     "fla/__init__.py": "__version__ = '0.6.0'",
@@ -95,31 +94,18 @@ OLD_RELEASES = {
 
 @pytest.fixture()
 def old_fla(tmp_path, monkeypatch):
-    yield from _installed(OLD_RELEASES, tmp_path, monkeypatch)
+    yield from installed(OLD_RELEASES, tmp_path, monkeypatch)
 
 
 @pytest.fixture()
 def stub_fla(tmp_path, monkeypatch):
-    yield from _installed(STUB, tmp_path, monkeypatch)
+    yield from installed(STUB, tmp_path, monkeypatch)
 
 
 @pytest.fixture()
 def release(request, tmp_path, monkeypatch):
     """The stand-in release named by the test's parameter (tests/stand_in_releases.py) as fla."""
-    yield from _installed(getattr(releases, request.param), tmp_path, monkeypatch)
-
-
-def _installed(files, tmp_path, monkeypatch):
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(textwrap.dedent(text))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
-        monkeypatch.delitem(sys.modules, name)
-    yield
-    for name in [m for m in sys.modules if m == "fla" or m.startswith("fla.")]:
-        del sys.modules[name]
+    yield from installed(getattr(releases, request.param), tmp_path, monkeypatch)
 
 
 def sweep(tmp_path, op, *extra):

@@ -10,6 +10,7 @@ import functools
 
 import torch
 
+from harness.allocations import package_of
 from harness.cases import DTYPES
 from harness.checks.check import Check
 from harness.checks.bits import bitwise_equal, describe_difference
@@ -65,7 +66,13 @@ def _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64) -> str:
     if not segments:
         return ""
     y, grads, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), segments)
-    for name, got, want in [("y", y, y64), *((n, grads[n], g64[n]) for n in g64)]:
+    return chain_difference(y, grads, y64, g64)
+
+
+def chain_difference(y, grads, y64, g64) -> str:
+    """'' when a float64 layer's output and parameter gradients through the cache (y, grads) are
+    one call's (y64, g64) to CHAIN_REL_TOL of each's largest value; else what differs."""
+    for name, got, want in [("y", y, y64), *((n, grads.get(n), g64[n]) for n in g64)]:
         if got is None or want is None:
             continue
         err, scale = (got - want).abs().max().item(), want.abs().max().item()
@@ -158,8 +165,15 @@ def _prefixed(label: str, metrics: dict) -> dict:
 
 
 def rows(ctx, impl, execution) -> list[dict]:
-    return layer_rows(ctx.spec, ctx.case, impl, ctx.device,
-                      lambda check, tensor, **fields: ctx.row(impl, check, tensor, **fields))
+    """Our layer around the implementation; and for an implementation of a set whose own layer
+    the op declares (`LayerSpec.upstream`), that layer on its own kernels (harness/upstream_layers.py)."""
+    make_row = lambda check, tensor, **fields: ctx.row(impl, check, tensor, **fields)  # noqa: E731
+    found = layer_rows(ctx.spec, ctx.case, impl, ctx.device, make_row)
+    set_name = package_of(impl.fn)
+    if set_name in ctx.spec.layer.upstream:
+        from harness import upstream_layers   # it builds on this module's helpers
+        found += upstream_layers.layer_rows(ctx.spec, ctx.case, impl, set_name, ctx.device, make_row)
+    return found
 
 
 CHECK = Check("layer", rows, group=("op", "dtype", "T"),

@@ -5,7 +5,7 @@ Keys and queries are drawn L2-normalised, as the family's layers give them (the 
 contraction only for |k| <= 1 with beta in (0, 1)); beta is drawn by the gate-strength axis
 (harness/inputs.py:of_kind). use_qk_l2norm_in_kernel draws them unnormalised for the kernel to
 normalise."""
-from harness.declaration import InputSpec, LayerSpec, OpSpec, OptionSpec, fla, kernels
+from harness.declaration import InputSpec, LayerSpec, OpSpec, OptionSpec, fla, fla_layer, kernels
 
 UNIT_QK = (InputSpec("q", ("B", "T", "H", "K"), kind="unit"), InputSpec("k", ("B", "T", "H", "K"), kind="unit"))
 V = InputSpec("v", ("B", "T", "H", "V"))
@@ -21,5 +21,5 @@ OP = OpSpec(
     variants=kernels("delta_rule", "chunk", "fused_recurrent"),
     upstream=fla("delta_rule", "chunk", "fused_recurrent"),
     options=OPTIONS,
-    layer=LayerSpec("fla_kernels.layers:DeltaNet"),
+    layer=LayerSpec("fla_kernels.layers:DeltaNet", upstream=fla_layer("DeltaNet")),
 )

@@ -1,7 +1,7 @@
 """The gated delta rule, declared for the harness (harness/declaration.py says what each field
 means); inputs and options as the delta rule's, with the log decay g [B, T, H] before beta."""
 from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
-from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, kernels
+from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, fla_layer, kernels
 
 OP = OpSpec(
     name="gated_delta_rule",
@@ -12,5 +12,5 @@ OP = OpSpec(
     # signature, beta goes by keyword (harness.upstream.fitted)
     upstream=fla("gated_delta_rule", "chunk", "fused_recurrent"),
     options=OPTIONS,
-    layer=LayerSpec("fla_kernels.layers:GatedDeltaNet"),
+    layer=LayerSpec("fla_kernels.layers:GatedDeltaNet", upstream=fla_layer("GatedDeltaNet", by_head_dim=True)),
 )

@@ -1,7 +1,8 @@
 """Gated slot attention, declared for the harness (harness/declaration.py says what each field
 means). Its own shape symbol is M, the slots per head; g = None is the ungated form, where s sets
 its own decay (fla_kernels/ops/gsa/gate.py)."""
-from harness.declaration import QKV, InputSpec, LayerSpec, OpSpec, OptionSpec, StateSpec, Symbol, fla, kernels
+from harness.declaration import (QKV, InputSpec, LayerSpec, OpSpec, OptionSpec, StateSpec, Symbol, fla,
+                                 fla_layer, kernels)
 
 OP = OpSpec(
     name="gsa",
@@ -15,7 +16,8 @@ OP = OpSpec(
                                   "smoke": (16,)},
                          bench=64)},
     variants=kernels("gsa", "chunk", "fused_recurrent"),
-    layer=LayerSpec("fla_kernels.layers:GatedSlotAttention", {"num_slots": "M"}),
+    layer=LayerSpec("fla_kernels.layers:GatedSlotAttention", {"num_slots": "M"},
+                    upstream=fla_layer("GatedSlotAttention", num_slots="M")),
     upstream=fla("gsa", "chunk", "fused_recurrent"),
     # its normaliser (the running logsumexp of s) starts afresh with each call: no chain of calls
     # through the final state equals one call

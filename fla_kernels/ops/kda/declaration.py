@@ -1,7 +1,7 @@
 """Kimi delta attention, declared for the harness (harness/declaration.py says what each field
 means); inputs and options as the delta rule's, with log decays g [B, T, H, K] before beta."""
 from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
-from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, kernels
+from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, fla_layer, kernels
 
 OP = OpSpec(
     name="kda",
@@ -10,5 +10,6 @@ OP = OpSpec(
     variants=kernels("kda", "chunk", "fused_recurrent"),
     upstream=fla("kda", "chunk", "fused_recurrent"),
     options=OPTIONS,
-    layer=LayerSpec("fla_kernels.layers:KimiDeltaAttention"),
+    layer=LayerSpec("fla_kernels.layers:KimiDeltaAttention",
+                    upstream=fla_layer("KimiDeltaAttention", by_head_dim=True)),
 )

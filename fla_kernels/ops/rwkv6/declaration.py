@@ -1,5 +1,5 @@
 """RWKV6 attention, declared for the harness (harness/declaration.py says what each field means)."""
-from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, kernels
+from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, fla_layer, kernels
 
 OP = OpSpec(
     name="rwkv6",
@@ -7,6 +7,6 @@ OP = OpSpec(
     inputs=tuple(InputSpec(n, ("B", "T", "H", d)) for n, d in (("r", "K"), ("k", "K"), ("v", "V")))
     + (InputSpec("w", ("B", "T", "H", "K"), kind="gate"), InputSpec("u", ("H", "K"))),
     variants=kernels("rwkv6", "chunk", "fused_recurrent"),
-    layer=LayerSpec("fla_kernels.layers:RWKV6Attention"),
+    layer=LayerSpec("fla_kernels.layers:RWKV6Attention", upstream=fla_layer("RWKV6Attention")),
     upstream=fla("rwkv6", "chunk", "fused_recurrent"),
 )

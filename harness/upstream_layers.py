@@ -1,0 +1,233 @@
+"""Upstream's own layers (an implementation set's layers package, such as fla.layers) through the
+layer check.
+
+Each op's declaration may name its upstream layer (`LayerSpec.upstream`). With an implementation of
+that set under test, the layer is built with the case's heads in the implementation's mode,
+seeded, and run on its own kernels. Its golden is the same layer (same parameters) in float64 with
+our float64 reference in the place of every function of the op that its module calls
+(`as_release_call` fits the reference to the release's calling convention: its names, its state
+layout, its packed sequences); its baseline, the layer with our same-dtype baseline there. So the
+rows show what the layer's code does to its kernels (inputs, state layouts, the cache, masks), not
+how its projections are designed, which are its own: one call; segments through the release's
+cache, and that chain in float64 against one float64 call (a layer that loses or misplaces its
+state between calls); the input and the cached states left untouched; and a left-padded batch
+against each sequence alone.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import inspect
+import sys
+
+import torch
+
+from harness import upstream
+from harness.checks.bits import bitwise_equal, describe_difference
+from harness.checks.layer import chain_difference
+from harness.checks.segments import segment_bounds
+from harness.declaration import load_function
+from harness.metrics import compare_to_golden
+from harness.packing import per_sequence
+from harness.tolerance import tolerance_for
+
+CACHES = {"fla": "fla.models.utils:Cache"}   # each set's cache of layer states across calls
+PADDED = 3   # tokens of left padding given to the second sequence of the masked batch
+# keywords of upstream functions that change how, not what, they compute (a host copy of
+# cu_seqlens, how much of the forward the backward recomputes)
+PERFORMANCE_ONLY = {"cu_seqlens_cpu", "checkpoint_level", "chunk_indices"}
+
+
+def shape_arguments(case, arguments: dict) -> dict:
+    """The layer's constructor arguments of a case: a string names a size of the case ("H", "K",
+    "V", "M", "H*V", "K/V", "V/K"); anything else is taken as it is."""
+    sizes = {"H": case.H, "K": case.K, "V": case.V, "M": case.M, "H*V": case.H * case.V,
+             "K/V": case.K / case.V, "V/K": case.V / case.K}
+    return {name: sizes[value] if isinstance(value, str) else value for name, value in arguments.items()}
+
+
+def _swap_state(state):
+    """A state [..., K, V] as [..., V, K] and back (a tuple: each)."""
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return type(state)(_swap_state(s) for s in state)
+    return state.transpose(-1, -2)
+
+
+def as_release_call(reference, original, spec):
+    """`reference` (the op's inputs in our order, then our keywords) callable as the release's
+    layers call `original`: the inputs under the release's names (`upstream._keywords`), a state
+    with V before K where the call says `state_v_first`, packed sequences (`cu_seqlens`) one by
+    one. A keyword the reference does not model raises, so a row says so instead of a wrong golden,
+    unless it is the release's default (allow_neg_eigval=False) or PERFORMANCE_ONLY."""
+    parameters = upstream._parameters(original)
+    input_names = [s.name for s in spec.inputs]
+    names, _ = upstream._keywords(parameters, input_names)
+    accepted = set(inspect.signature(reference).parameters)
+    packed = per_sequence(reference, spec)
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        values = dict(signature.bind(*args, **kwargs).arguments)
+        values.update(values.pop(next((n for n, p in parameters.items() if p.kind == p.VAR_KEYWORD),
+                                      "**"), {}))
+        inputs = [values.pop(name, None) for name in names]
+        v_first = bool(values.pop("state_v_first", False))
+        if values.pop("head_first", False):
+            raise NotImplementedError(f"the layer calls {original.__name__} with head_first=True")
+        cu_seqlens = values.pop("cu_seqlens", None)
+        if "initial_state" in values:
+            values["initial_state"] = _swap_state(values["initial_state"]) if v_first else values["initial_state"]
+        for name in set(values) - accepted:
+            default = parameters[name].default if name in parameters else inspect.Parameter.empty
+            if name in PERFORMANCE_ONLY or (default is not inspect.Parameter.empty and not
+                                            isinstance(values[name], torch.Tensor) and values[name] == default):
+                del values[name]   # asked for as the release does by default, or for speed only
+        unknown = sorted(set(values) - accepted)
+        if unknown:
+            raise NotImplementedError(f"the layer calls {original.__name__} with {', '.join(unknown)}, "
+                                      "which the golden does not model")
+        if cu_seqlens is not None:
+            o, final = packed(*inputs, cu_seqlens=cu_seqlens, **values)
+        else:
+            o, final = reference(*inputs, **values)
+        return o, (_swap_state(final) if v_first else final)
+
+    return call
+
+
+@contextlib.contextmanager
+def kernels_replaced(layer, spec, set_name: str, reference):
+    """The op's functions in `layer`'s module replaced by `reference` fitted to each
+    (`as_release_call`), for the duration."""
+    module = sys.modules[type(layer).__module__]
+    names = {target.split(":")[1] for target in spec.upstream.get(set_name, {}).values()}
+    saved = {name: getattr(module, name) for name in names if callable(getattr(module, name, None))}
+    try:
+        for name, original in saved.items():
+            setattr(module, name, as_release_call(reference, original, spec))
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(module, name, original)
+
+
+def _tensors(entry) -> list:
+    """Every tensor of a cache entry (a dict, tuple or tensor, nested)."""
+    if isinstance(entry, torch.Tensor):
+        return [entry]
+    if isinstance(entry, dict):
+        entry = list(entry.values())
+    if isinstance(entry, (tuple, list)):
+        return [t for e in entry for t in _tensors(e)]
+    return []
+
+
+def _run(layer, x, dy, segments, cache_class, mask=None):
+    """(y, parameter gradients of sum(y * dy), x after, [(state handed in, its copy)]): the
+    sequence in one call (mask: its attention_mask) or in segments through a new cache."""
+    layer = copy.deepcopy(layer)
+    x = x.detach().clone()
+    cache = cache_class() if len(segments) > 1 else None
+    pieces, handed = [], []
+    for t0, t1 in segments:
+        if cache is not None and len(cache) > 0:
+            handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
+        y, *_ = layer(x[:, t0:t1], attention_mask=mask, past_key_values=cache, use_cache=cache is not None)
+        pieces.append(y)
+    y = torch.cat(pieces, dim=1)
+    (y * dy).sum().backward()
+    grads = {f"d{name}": p.grad for name, p in layer.named_parameters() if p.grad is not None}
+    return y.detach(), grads, x, handed
+
+
+def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
+    """Rows (check "layer", tensors "<set> layer: ...") of the set's own layer in `impl`'s mode."""
+    target, arguments = spec.layer.upstream[set_name]
+    label = f"{set_name} layer"
+    dtype = case.torch_dtype
+    try:
+        cache_class = load_function(CACHES[set_name])
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(case.seed)
+            layer = load_function(target)(mode=impl.variant, layer_idx=0,
+                                          **shape_arguments(case, arguments)).to(device=device, dtype=dtype)
+    except Exception as exc:
+        return [make_row("layer", label, verdict="SKIP", message=f"{target} in mode {impl.variant} does not "
+                         f"build here: {type(exc).__name__}: {exc}"[:500])]
+    gen = torch.Generator().manual_seed(case.seed + 1)
+    width = layer.hidden_size
+    x = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
+    dy = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
+    golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
+    baseline_fn = functools.partial(load_function(spec.reference_chunked), operand_dtype=dtype,
+                                    chunk_size=spec.baseline_chunk_size)
+    rows = []
+
+    def references(x_, dy_, segments, mask=None):
+        with kernels_replaced(layer, spec, set_name, golden_fn):
+            gold = _run(copy.deepcopy(layer).double(), x_.double(), dy_.double(), segments, cache_class,
+                        mask)[:2]
+        with kernels_replaced(layer, spec, set_name, baseline_fn):
+            base = _run(layer, x_, dy_, segments, cache_class, mask)[:2]
+        return gold, base
+
+    def compare(suffix, got, gold, base):
+        (y, grads), (y64, g64), (yb, gb) = got, gold, base
+        rows.append(make_row("layer", f"{label}: y{suffix}", **compare_to_golden(
+            y, y64, yb, tolerance_for(case.op, "o", case.dtype, case.T, case.dtype), True, dtype)))
+        for name in sorted(g64):
+            rows.append(make_row("layer", f"{label}: {name}{suffix}", **compare_to_golden(
+                grads.get(name), g64[name], gb[name], tolerance_for(case.op, "dq", case.dtype, case.T,
+                                                                       case.dtype), False, dtype)))
+
+    step = "its references"
+    try:
+        whole = [(0, case.T)]
+        gold, base = references(x, dy, whole)
+        step = "its forward and backward"
+        y, grads, x_after, _ = _run(layer, x, dy, whole, cache_class)
+        compare("", (y, grads), gold, base)
+        if not bitwise_equal(x_after, x):
+            rows.append(make_row("layer", f"{label}: x", verdict="FAIL", message=f"the layer wrote into "
+                                 f"its input ({describe_difference(x_after, x)} changed)"))
+        segments = segment_bounds(case.T)
+        if segments:
+            step = "its segments through the cache"
+            gold_s, base_s = references(x, dy, segments)
+            broken_chain = chain_difference(*gold_s, *gold)
+            rows.append(make_row("layer", f"{label}: float64 segments", verdict="FAIL" if broken_chain
+                                 else "PASS", message=broken_chain))
+            y, grads, _, handed = _run(layer, x, dy, segments, cache_class)
+            compare(" (segments)", (y, grads), gold_s, base_s)
+            changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
+            rows.append(make_row("layer", f"{label}: cache", verdict="FAIL" if changed else "PASS",
+                                 message=f"the layer wrote into the cached state ({changed[0]} changed)"
+                                 if changed else ""))
+        if case.B > 1 and case.T > PADDED:
+            step = "a left-padded batch"
+            rows += _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype)
+    except Exception as exc:
+        rows.append(make_row("layer", label, verdict="ERROR", message=f"{step} raised "
+                             f"{type(exc).__name__}: {exc}"[:500]))
+    return rows
+
+
+def _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype) -> list[dict]:
+    """The batch with its second sequence left-padded by PADDED tokens (attention_mask 0 there):
+    its y at the real tokens against the golden of that sequence alone, and its first sequence
+    against the golden of the whole first sequence."""
+    mask = torch.ones(case.B, case.T, dtype=torch.long, device=x.device)
+    mask[1, :PADDED] = 0
+    y, *_ = _run(layer, x, torch.zeros_like(dy), [(0, case.T)], cache_class, mask)
+    rows = []
+    for b, start in ((0, 0), (1, PADDED)):
+        xs, dys = x[b:b + 1, start:], dy[b:b + 1, start:]
+        (y64, _), (yb, _) = references(xs, dys, [(0, xs.shape[1])])
+        rows.append(make_row("layer", f"{label}: y (padded batch, sequence {b})", **compare_to_golden(
+            y[b:b + 1, start:], y64, yb, tolerance_for(case.op, "o", case.dtype, case.T, case.dtype),
+            True, dtype)))
+    return rows

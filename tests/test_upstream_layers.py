@@ -1,0 +1,84 @@
+"""Upstream's own layers through the layer check (harness/upstream_layers.py), with a stand-in fla
+whose GatedLinearAttention is shaped like fla 0.6.0's (tests/stand_in_layers.py): a correct layer
+passes every row, and each planted mistake fails its own row."""
+import pandas as pd
+import pytest
+
+from harness.cli import main
+from tests import stand_in_layers
+from tests.stand_in_releases import installed
+
+
+@pytest.fixture()
+def layer_release(request, tmp_path, monkeypatch):
+    yield from installed(stand_in_layers.release(request.param), tmp_path, monkeypatch)
+
+
+def layer_rows(tmp_path, variant="fused_recurrent"):
+    """The fla layer's rows of one gla case (fp32, B = 2, T = 12, one head of 8) under --impl fla:
+    {tensor: (verdict, message)}."""
+    out = tmp_path / "out"
+    main(["sweep", "--op", "gla", "--impl", "fla", "--variant", variant, "--preset", "cpu", "--dtype", "fp32",
+          "--B", "2", "--T", "12", "--H", "1", "--K", "8", "--V", "8", "--h0", "none", "--gate", "normal",
+          "--checks", "layer", "--no-golden-cache", "--quiet", "--out", str(out)])
+    rows = pd.read_csv(out / "results.csv", keep_default_na=False)
+    rows = rows[rows["tensor"].str.startswith("fla layer")]
+    return {tensor.removeprefix("fla layer: "): (verdict, message)
+            for tensor, verdict, message in zip(rows["tensor"], rows["verdict"], rows["message"])}
+
+
+@pytest.mark.parametrize("layer_release", [None], indirect=True)
+def test_a_correct_upstream_layer_passes_every_row(layer_release, tmp_path):
+    rows = layer_rows(tmp_path)
+    expected = {"y", "y (segments)", "float64 segments", "cache", "y (padded batch, sequence 0)",
+                "y (padded batch, sequence 1)"}
+    expected |= {f"d{p}{suffix}" for p in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                           "gk_proj.weight", "gk_proj.bias", "o_proj.weight")
+                 for suffix in ("", " (segments)")}
+    assert set(rows) == expected, set(rows) ^ expected
+    assert all(verdict == "PASS" for verdict, _ in rows.values()), rows
+
+
+@pytest.mark.parametrize("layer_release, failing, message", [
+    ("state_stored_transposed", "float64 segments", "the layer loses or misplaces state between calls"),
+    ("mask_ignored", "y (padded batch, sequence 1)", "> bound"),
+    ("input_written", "x", "the layer wrote into its input"),
+], indirect=["layer_release"])
+def test_a_planted_layer_mistake_fails_its_own_row(layer_release, tmp_path, failing, message):
+    rows = layer_rows(tmp_path)
+    assert {tensor for tensor, (verdict, _) in rows.items() if verdict != "PASS"} == {failing}, rows
+    assert message in rows[failing][1], rows
+
+
+@pytest.mark.parametrize("layer_release", ["unbuildable"], indirect=True)
+def test_a_layer_the_release_cannot_build_is_a_skip(layer_release, tmp_path):
+    rows = layer_rows(tmp_path)
+    assert [verdict for verdict, _ in rows.values()] == ["SKIP"], rows
+    assert "fla.layers:GatedLinearAttention in mode fused_recurrent does not build here" in rows["fla layer"][1]
+
+
+def test_the_golden_takes_a_releases_call_as_the_release_does():
+    """Our reference fitted to a release's call: its names (gk for g), V-first states, keywords at
+    their defaults or for speed only dropped, any other keyword refused rather than ignored."""
+    import torch
+    from harness.registry import get_op
+    from harness.upstream_layers import as_release_call
+
+    def fla_fn(q, k, v, gk=None, scale=None, initial_state=None, output_final_state=False,
+               allow_neg_eigval=False, use_gate_in_kernel=False, state_v_first=False, cu_seqlens=None,
+               cu_seqlens_cpu=None):
+        raise AssertionError("the release's own function is not called")
+
+    def reference(q, k, v, g, scale=None, initial_state=None, output_final_state=False):
+        return q + g + initial_state[..., 0, 1], initial_state.clone()   # [K, V]: (0, 1) is K 0, V 1
+
+    call = as_release_call(reference, fla_fn, get_op("gla"))
+    q = torch.zeros(1, 3, 1, 2)
+    state = torch.tensor([[0.0, 1.0], [2.0, 3.0]]).view(1, 1, 2, 2)   # as the release holds it
+    o, final = call(q=q, k=q, v=q, gk=q + 5.0, initial_state=state, output_final_state=True,
+                    allow_neg_eigval=False, state_v_first=True, cu_seqlens_cpu=[0, 3])
+    assert torch.equal(o, q + 7.0) and torch.equal(final, state)   # V first: its (1, 0) is K 0, V 1
+    o, final = call(q=q, k=q, v=q, gk=q + 5.0, initial_state=state)
+    assert torch.equal(o, q + 6.0)
+    with pytest.raises(NotImplementedError, match="with use_gate_in_kernel, which the golden does not model"):
+        call(q=q, k=q, v=q, gk=q, use_gate_in_kernel=True)
