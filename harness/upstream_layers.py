@@ -25,7 +25,7 @@ import torch
 
 from harness import upstream
 from harness.checks.bits import bitwise_equal, describe_difference
-from harness.checks.layer import chain_difference
+from harness.checks.layer import chain_difference, compare_runs, run_segments
 from harness.checks.segments import segment_bounds
 from harness.declaration import load_function
 from harness.metrics import compare_to_golden
@@ -115,33 +115,12 @@ def kernels_replaced(layer, spec, set_name: str, reference):
             setattr(module, name, original)
 
 
-def _tensors(entry) -> list:
-    """Every tensor of a cache entry (a dict, tuple or tensor, nested)."""
-    if isinstance(entry, torch.Tensor):
-        return [entry]
-    if isinstance(entry, dict):
-        entry = list(entry.values())
-    if isinstance(entry, (tuple, list)):
-        return [t for e in entry for t in _tensors(e)]
-    return []
-
-
 def _run(layer, x, dy, segments, cache_class, mask=None):
-    """(y, parameter gradients of sum(y * dy), x after, [(state handed in, its copy)]): the
-    sequence in one call (mask: its attention_mask) or in segments through a new cache."""
-    layer = copy.deepcopy(layer)
-    x = x.detach().clone()
-    cache = cache_class() if len(segments) > 1 else None
-    pieces, handed = [], []
-    for t0, t1 in segments:
-        if cache is not None and len(cache) > 0:
-            handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
-        y, *_ = layer(x[:, t0:t1], attention_mask=mask, past_key_values=cache, use_cache=cache is not None)
-        pieces.append(y)
-    y = torch.cat(pieces, dim=1)
-    (y * dy).sum().backward()
-    grads = {f"d{name}": p.grad for name, p in layer.named_parameters() if p.grad is not None}
-    return y.detach(), grads, x, handed
+    """`run_segments` of a copy of the release's layer: one call (with `mask` as its
+    attention_mask), or segments through a new cache of the release's."""
+    chained = len(segments) > 1
+    return run_segments(copy.deepcopy(layer), x, dy, segments, cache_class() if chained else None,
+                        attention_mask=mask, use_cache=chained)
 
 
 def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
@@ -176,13 +155,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
         return gold, base
 
     def compare(suffix, got, gold, base):
-        (y, grads), (y64, g64), (yb, gb) = got, gold, base
-        rows.append(make_row("layer", f"{label}: y{suffix}", **compare_to_golden(
-            y, y64, yb, tolerance_for(case.op, "o", case.dtype, case.T, case.dtype), True, dtype)))
-        for name in sorted(g64):
-            rows.append(make_row("layer", f"{label}: {name}{suffix}", **compare_to_golden(
-                grads.get(name), g64[name], gb[name], tolerance_for(case.op, "dq", case.dtype, case.T,
-                                                                       case.dtype), False, dtype)))
+        rows.extend(compare_runs(make_row, case, f"{label}: ", suffix, got, gold, base, x.shape))
 
     step = "its references"
     try:

@@ -39,18 +39,53 @@ def _run(layer, kernel, x, dy, segments):
     chained through the Cache; the cache states handed in are checked afterwards."""
     layer = copy.deepcopy(layer)
     layer.kernel = kernel
+    return run_segments(layer, x, dy, segments, use_cache=True)
+
+
+def run_segments(layer, x, dy, segments, cache=None, **call):
+    """(y, the parameter gradients of sum(y * dy), x after, [(a state handed in, its copy)]) of
+    `layer` over x's `segments`, each call taking the cache the last one returned (from `cache`)
+    and the keywords `call`. x is copied first, so a layer that writes into it shows."""
     x = x.detach().clone()
-    pieces, cache, handed = [], None, []
+    pieces, handed = [], []
     for t0, t1 in segments:
-        if cache is not None:
-            state = cache[0]
-            handed += [(s, s.detach().clone()) for s in (state if isinstance(state, (tuple, list)) else (state,))]
-        y, _, cache = layer(x[:, t0:t1], use_cache=True, past_key_values=cache)
+        if cache is not None and len(cache) > 0:
+            handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
+        y, _, cache = layer(x[:, t0:t1], past_key_values=cache, **call)
         pieces.append(y)
     y = torch.cat(pieces, dim=1)
     (y * dy).sum().backward()
-    grads = {f"d{name}": p.grad for name, p in layer.named_parameters()}
+    grads = {f"d{name}": p.grad for name, p in layer.named_parameters() if p.grad is not None}
     return y.detach(), grads, x, handed
+
+
+def _tensors(entry) -> list:
+    """Every tensor of a cache entry (a tensor, or a dict, tuple or list of them, nested)."""
+    if isinstance(entry, torch.Tensor):
+        return [entry]
+    if isinstance(entry, dict):
+        entry = list(entry.values())
+    if isinstance(entry, (tuple, list)):
+        return [t for e in entry for t in _tensors(e)]
+    return []
+
+
+def compare_runs(make_row, case, prefix: str, label: str, got, gold, base, shape) -> list[dict]:
+    """Rows "<prefix>y<label>" and "<prefix>d<parameter><label>" of a layer run against its golden
+    and baseline (each (y, parameter gradients)): the output, then every gradient the golden has."""
+    (y, grads), (y64, g64), (yb, gb) = got, gold, base
+    if tuple(y.shape) != tuple(shape):
+        return [make_row("layer", f"{prefix}y{label}", verdict="FAIL",
+                         message=f"output shape {tuple(y.shape)}, expected {tuple(shape)}")]
+    dtype = case.torch_dtype
+    tol = tolerance_for(case.op, "o", case.dtype, case.T, case.dtype)
+    rows = [make_row("layer", f"{prefix}y{label}", **_prefixed(label, compare_to_golden(
+        y, y64, yb, tol, True, dtype)))]
+    tol = tolerance_for(case.op, "dq", case.dtype, case.T, case.dtype)
+    for name in sorted(g64):
+        rows.append(make_row("layer", f"{prefix}{name}{label}", **_prefixed(label, compare_to_golden(
+            grads.get(name), g64[name], gb[name], tol, False, dtype))))
+    return rows
 
 
 # float64 through the cache against one float64 call: rounding differs by ~1e-15 (the loop) to
@@ -120,18 +155,8 @@ def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
     rows = []
 
     def compare(label, y, grads):
-        yb, gb = baselines[label]
-        if tuple(y.shape) != tuple(x.shape):
-            rows.append(make_row("layer", f"y{label}", verdict="FAIL",
-                                 message=f"output shape {tuple(y.shape)}, expected {tuple(x.shape)}"))
-            return
-        tol = tolerance_for(case.op, "o", case.dtype, case.T, case.dtype)
-        rows.append(make_row("layer", f"y{label}", **_prefixed(label, compare_to_golden(
-            y, y64, yb, tol, True, dtype))))
-        for name, g in grads.items():
-            tol = tolerance_for(case.op, "dq", case.dtype, case.T, case.dtype)
-            rows.append(make_row("layer", f"{name}{label}", **_prefixed(label, compare_to_golden(
-                g, g64[name], gb[name], tol, False, dtype))))
+        rows.extend(compare_runs(make_row, case, "", label, (y, grads), (y64, g64), baselines[label],
+                                 x.shape))
 
     try:
         y, grads, x_after, _ = _run(layer, impl.fn, x, dy, whole)
