@@ -188,9 +188,14 @@ def _rows_before_loss(rows: list[dict], case: Case, impls, error: str | None) ->
     return kept + [run_row(case, impl, "ERROR", message[:500]) for impl in suspects]
 
 
+SLOW_REPORT_ROWS = 20_000   # a run's reports take seconds from here: say so before the wait
+
+
 def _render(csv_path: Path, out_dir: Path, meta: dict):
     from reports import read_results, write_html, render_markdown
     df = read_results([csv_path])
+    if len(df) >= SLOW_REPORT_ROWS:
+        print(f"writing the reports of {len(df):,} rows", flush=True)
     html_path = out_dir / "report.html"
     write_html(df, html_path, meta)
     md_path = out_dir / "summary.md"

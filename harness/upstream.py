@@ -185,6 +185,7 @@ def _linear_attn(function: str):
                             "compared", {"o": o.detach(), "ht": final.detach()}, "zt", verdict="SKIP")
         return o, final
     run.__name__ = f"fla_{function}"
+    run.release_name = function   # the name a layer's module calls it by
     run.__doc__ = (f"fla's {function} with normalize=False unless asked (the op as defined here), "
                    "cu_seqlens passed on when given; the normaliser state as the module says.")
     run.package_under_test = "fla"   # harness.allocations poisons fla's allocations, not ours

@@ -6,12 +6,13 @@ that set under test, the layer is built with the case's heads in the implementat
 seeded, and run on its own kernels. Its golden is the same layer (same parameters) in float64 with
 our float64 reference in the place of every function of the op that its module calls
 (`as_release_call` fits the reference to the release's calling convention: its names, its state
-layout, its packed sequences); its baseline, the layer with our same-dtype baseline there. So the
-rows show what the layer's code does to its kernels (inputs, state layouts, the cache, masks), not
-how its projections are designed, which are its own: one call; segments through the release's
-cache, and that chain in float64 against one float64 call (a layer that loses or misplaces its
-state between calls); the input and the cached states left untouched; and a left-padded batch
-against each sequence alone.
+layout, its packed sequences, what it asks the kernel to do to beta and g) and its helpers (fla.modules)
+in float32 (harness/float32_helpers.py); its baseline, the layer with our same-dtype baseline there.
+So the rows show what the layer's code does to its kernels (inputs, state layouts, the cache,
+masks), not how its projections are designed, which are its own: one call; segments through the
+release's cache, and that chain in float64 against one float64 call (a layer that loses or
+misplaces its state between calls); the input and the cached states left untouched; and a
+left-padded batch against each sequence alone.
 """
 from __future__ import annotations
 
@@ -28,15 +29,44 @@ from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.layer import chain_difference, compare_runs, run_segments
 from harness.checks.segments import segment_bounds
 from harness.declaration import load_function
+from harness.float32_helpers import helpers_in_float32
 from harness.metrics import compare_to_golden
 from harness.packing import per_sequence
 from harness.tolerance import tolerance_for
 
 CACHES = {"fla": "fla.models.utils:Cache"}   # each set's cache of layer states across calls
+HELPERS = {"fla": "fla.modules"}   # each set's layer helpers, run in float32 in the golden (float32_helpers)
+# the float64 chain against one float64 call where the helpers round to float32 (~1e-7 relative,
+# ~1e-6 summed over tokens); a layer that loses or misplaces its state is off by O(1)
+CHAIN_REL_TOL_FLOAT32_HELPERS = 1e-4
 PADDED = 3   # tokens of left padding given to the second sequence of the masked batch
 # keywords of upstream functions that change how, not what, they compute (a host copy of
 # cu_seqlens, how much of the forward the backward recomputes)
 PERFORMANCE_ONLY = {"cu_seqlens_cpu", "checkpoint_level", "chunk_indices"}
+
+
+def in_kernel_transforms(values: dict, inputs: dict) -> None:
+    """What a release's call asks its kernel to do to beta and g first, done here in float64 so
+    the reference sees the inputs the kernel computes with (fla's delta-rule family):
+    use_beta_sigmoid_in_kernel, beta = sigmoid(beta), twice that with allow_neg_eigval;
+    use_gate_in_kernel, g = -exp(A_log) softplus(g + dt_bias), A_log [H] per head and dt_bias
+    shaped as g's head and channel axes. The keywords are taken out of `values`; a gate
+    `lower_bound` is left in, to be refused."""
+    sigmoid = values.pop("use_beta_sigmoid_in_kernel", False)
+    doubled = values.pop("allow_neg_eigval", False)
+    if doubled and not sigmoid:
+        raise NotImplementedError("allow_neg_eigval without use_beta_sigmoid_in_kernel, which the "
+                                  "release refuses too")
+    if sigmoid:
+        inputs["beta"] = torch.sigmoid(inputs["beta"]) * (2.0 if doubled else 1.0)
+    A_log, dt_bias = values.pop("A_log", None), values.pop("dt_bias", None)
+    if values.pop("use_gate_in_kernel", False):
+        g = inputs["g"]
+        heads = g.shape[2:]   # [H] or [H, K] of g [B, T, H(, K)]
+        raw = g if dt_bias is None else g + dt_bias.view(heads)
+        inputs["g"] = -A_log.exp().view(heads[:1] + (1,) * (len(heads) - 1)) * torch.nn.functional.softplus(raw)
+    elif A_log is not None or dt_bias is not None:
+        raise NotImplementedError("A_log or dt_bias without use_gate_in_kernel")
 
 
 def shape_arguments(case, arguments: dict) -> dict:
@@ -60,8 +90,8 @@ def as_release_call(reference, original, spec):
     """`reference` (the op's inputs in our order, then our keywords) callable as the release's
     layers call `original`: the inputs under the release's names (`upstream._keywords`), a state
     with V before K where the call says `state_v_first`, packed sequences (`cu_seqlens`) one by
-    one. A keyword the reference does not model raises, so a row says so instead of a wrong golden,
-    unless it is the release's default (allow_neg_eigval=False) or PERFORMANCE_ONLY."""
+    one; the inputs' `in_kernel_transforms`. A keyword the reference does not model raises, so a
+    row says so instead of a wrong golden, unless it is the release's default or PERFORMANCE_ONLY."""
     parameters = upstream._parameters(original)
     input_names = [s.name for s in spec.inputs]
     names, _ = upstream._keywords(parameters, input_names)
@@ -74,7 +104,9 @@ def as_release_call(reference, original, spec):
         values = dict(signature.bind(*args, **kwargs).arguments)
         values.update(values.pop(next((n for n, p in parameters.items() if p.kind == p.VAR_KEYWORD),
                                       "**"), {}))
-        inputs = [values.pop(name, None) for name in names]
+        inputs = dict(zip(input_names, (values.pop(name, None) for name in names)))
+        in_kernel_transforms(values, inputs)
+        inputs = list(inputs.values())
         v_first = bool(values.pop("state_v_first", False))
         if values.pop("head_first", False):
             raise NotImplementedError(f"the layer calls {original.__name__} with head_first=True")
@@ -104,7 +136,8 @@ def kernels_replaced(layer, spec, set_name: str, reference):
     """The op's functions in `layer`'s module replaced by `reference` fitted to each
     (`as_release_call`), for the duration."""
     module = sys.modules[type(layer).__module__]
-    names = {target.split(":")[1] for target in spec.upstream.get(set_name, {}).values()}
+    names = {getattr(load_function(target), "release_name", target.split(":")[1])
+             for target in spec.upstream.get(set_name, {}).values()}
     saved = {name: getattr(module, name) for name in names if callable(getattr(module, name, None))}
     try:
         for name, original in saved.items():
@@ -147,7 +180,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
     rows = []
 
     def references(x_, dy_, segments, mask=None):
-        with kernels_replaced(layer, spec, set_name, golden_fn):
+        with kernels_replaced(layer, spec, set_name, golden_fn), helpers_in_float32(HELPERS[set_name]):
             gold = _run(copy.deepcopy(layer).double(), x_.double(), dy_.double(), segments, cache_class,
                         mask)[:2]
         with kernels_replaced(layer, spec, set_name, baseline_fn):
@@ -171,7 +204,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
         if segments:
             step = "its segments through the cache"
             gold_s, base_s = references(x, dy, segments)
-            broken_chain = chain_difference(*gold_s, *gold)
+            broken_chain = chain_difference(*gold_s, *gold, rel_tol=CHAIN_REL_TOL_FLOAT32_HELPERS)
             rows.append(make_row("layer", f"{label}: float64 segments", verdict="FAIL" if broken_chain
                                  else "PASS", message=broken_chain))
             y, grads, _, handed = _run(layer, x, dy, segments, cache_class)

@@ -117,7 +117,9 @@ def subject(df: pd.DataFrame) -> pd.Series:
         if check not in ("golden", "agreement", "run", ""):
             name = f"{name} [{check}]"
         return name
-    return pd.Series([one(*t) for t in zip(df["variant"], df["impl"], df["op"], df["check"])],
+    names = {}   # rows share a few (variant, impl, op, check): each named once
+    return pd.Series([names[t] if t in names else names.setdefault(t, one(*t))
+                      for t in zip(*(df[c].tolist() for c in ("variant", "impl", "op", "check")))],
                      index=df.index, dtype=str)
 
 

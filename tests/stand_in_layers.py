@@ -1,6 +1,6 @@
 """A stand-in `fla` package with a layer shaped like fla 0.6.0's GatedLinearAttention (its forward's
 arguments and return, the cache it reads and updates, `state_v_first` states, a padding mask
-unpadded into `cu_seqlens`), computing with our kernels so that it runs on CPU; and the same
+unpadded into `cu_seqlens`, an output norm of fla.modules that refuses float64 as its Triton norms do), computing with our kernels so that it runs on CPU; and the same
 package with one planted mistake each (`release`). {path: source} for tests/test_upstream_layers.py."""
 
 RELEASE = {
@@ -33,6 +33,31 @@ RELEASE = {
         def fused_chunk_gla(**kwargs):
             raise NotImplementedError("fused_chunk_gla is deprecated")
     """,
+    "fla/modules/__init__.py": "from fla.modules.norm import RMSNorm",
+    "fla/modules/norm.py": """
+        import torch
+        import torch.nn as nn
+
+
+        def _rms_norm_fwd(x, weight, eps):
+            if x.dtype == torch.float64 or weight.dtype == torch.float64:
+                raise TypeError("the norm kernel does not compile for float64")   # as fla's Triton norms
+            y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+            return y.to(x.dtype)
+
+
+        def rms_norm(x, weight, eps=1e-5):
+            return _rms_norm_fwd(x, weight, eps)
+
+
+        class RMSNorm(nn.Module):
+            def __init__(self, hidden_size, eps=1e-5):
+                super().__init__()
+                self.weight, self.eps = nn.Parameter(torch.ones(hidden_size)), eps
+
+            def forward(self, x):
+                return rms_norm(x, self.weight, self.eps)
+    """,
     "fla/models/__init__.py": "",
     "fla/models/utils.py": """
         class Cache:
@@ -56,6 +81,7 @@ RELEASE = {
         import torch.nn as nn
         import torch.nn.functional as F
 
+        from fla.modules import RMSNorm
         from fla.ops.gla import chunk_gla, fused_chunk_gla, fused_recurrent_gla
 
 
@@ -72,6 +98,7 @@ RELEASE = {
                 self.k_proj = nn.Linear(hidden_size, self.key_dim, bias=False)
                 self.v_proj = nn.Linear(hidden_size, self.value_dim, bias=False)
                 self.gk_proj = nn.Linear(hidden_size, self.key_dim, bias=True)
+                self.g_norm = RMSNorm(self.head_v_dim)
                 self.o_proj = nn.Linear(self.value_dim, hidden_size, bias=False)
 
             def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
@@ -105,7 +132,7 @@ RELEASE = {
                 if past_key_values is not None:
                     past_key_values.update(recurrent_state=recurrent_state, layer_idx=self.layer_idx,
                                            offset=q_len)
-                o = self.o_proj(o.flatten(-2))
+                o = self.o_proj(self.g_norm(o).flatten(-2))
                 if indices is not None:
                     o = o.new_zeros(batch_size * q_len, o.shape[-1]).index_copy(0, indices, o[0])
                     o = o.view(batch_size, q_len, -1)

@@ -33,7 +33,7 @@ def test_a_correct_upstream_layer_passes_every_row(layer_release, tmp_path):
     expected = {"y", "y (segments)", "float64 segments", "cache", "y (padded batch, sequence 0)",
                 "y (padded batch, sequence 1)"}
     expected |= {f"d{p}{suffix}" for p in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                           "gk_proj.weight", "gk_proj.bias", "o_proj.weight")
+                                           "gk_proj.weight", "gk_proj.bias", "g_norm.weight", "o_proj.weight")
                  for suffix in ("", " (segments)")}
     assert set(rows) == expected, set(rows) ^ expected
     assert all(verdict == "PASS" for verdict, _ in rows.values()), rows
@@ -65,7 +65,7 @@ def test_the_golden_takes_a_releases_call_as_the_release_does():
     from harness.upstream_layers import as_release_call
 
     def fla_fn(q, k, v, gk=None, scale=None, initial_state=None, output_final_state=False,
-               allow_neg_eigval=False, use_gate_in_kernel=False, state_v_first=False, cu_seqlens=None,
+               allow_neg_eigval=False, lower_bound=None, state_v_first=False, cu_seqlens=None,
                cu_seqlens_cpu=None):
         raise AssertionError("the release's own function is not called")
 
@@ -80,5 +80,46 @@ def test_the_golden_takes_a_releases_call_as_the_release_does():
     assert torch.equal(o, q + 7.0) and torch.equal(final, state)   # V first: its (1, 0) is K 0, V 1
     o, final = call(q=q, k=q, v=q, gk=q + 5.0, initial_state=state)
     assert torch.equal(o, q + 6.0)
-    with pytest.raises(NotImplementedError, match="with use_gate_in_kernel, which the golden does not model"):
-        call(q=q, k=q, v=q, gk=q, use_gate_in_kernel=True)
+    with pytest.raises(NotImplementedError, match="with lower_bound, which the golden does not model"):
+        call(q=q, k=q, v=q, gk=q, lower_bound=-5.0)
+
+
+@pytest.mark.parametrize("op", ["gated_delta_rule", "kda"])
+def test_the_golden_does_what_a_releases_call_asks_its_kernel_to_do_to_beta_and_g(op):
+    """fla's delta-rule layers hand raw beta and g to the kernel with use_beta_sigmoid_in_kernel,
+    allow_neg_eigval and use_gate_in_kernel (A_log per head, dt_bias per head and channel): the
+    reference gets 2 sigmoid(beta) and -exp(A_log) softplus(g + dt_bias); the gate's lower bound,
+    which it does not model, is refused."""
+    import torch
+    import torch.nn.functional as F
+    from harness.registry import get_op
+    from harness.upstream_layers import as_release_call
+
+    def fla_fn(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+               use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False, lower_bound=None, **kwargs):
+        raise AssertionError("the release's own function is not called")
+
+    seen = {}
+
+    def reference(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
+        seen.update(g=g, beta=beta)
+        return q, None
+
+    B, T, H, K = 1, 3, 2, 4
+    gen = torch.Generator().manual_seed(0)
+    g = torch.randn((B, T, H) + ((K,) if op == "kda" else ()), generator=gen, dtype=torch.float64)
+    beta = torch.randn(B, T, H, generator=gen, dtype=torch.float64)
+    A_log = torch.randn(H, generator=gen, dtype=torch.float64)
+    dt_bias = torch.randn(g.shape[2:].numel(), generator=gen, dtype=torch.float64)
+    q = torch.zeros(B, T, H, K, dtype=torch.float64)
+    call = as_release_call(reference, fla_fn, get_op(op))
+    call(q, q, q, g, beta, use_beta_sigmoid_in_kernel=True, allow_neg_eigval=True, use_gate_in_kernel=True,
+         A_log=A_log, dt_bias=dt_bias)
+    for h in range(H):
+        expected = -A_log[h].exp() * F.softplus(g[:, :, h] + dt_bias.view(g.shape[2:])[h])
+        assert torch.allclose(seen["g"][:, :, h], expected, rtol=1e-15, atol=0)
+    assert torch.allclose(seen["beta"], 2 * torch.sigmoid(beta), rtol=1e-15, atol=0)
+    call(q, q, q, g, beta)
+    assert seen["g"] is g and seen["beta"] is beta
+    with pytest.raises(NotImplementedError, match="with lower_bound"):
+        call(q, q, q, g, beta, use_gate_in_kernel=True, A_log=A_log, lower_bound=-5.0)

@@ -104,14 +104,14 @@ def _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64) -> str:
     return chain_difference(y, grads, y64, g64)
 
 
-def chain_difference(y, grads, y64, g64) -> str:
+def chain_difference(y, grads, y64, g64, rel_tol: float = CHAIN_REL_TOL) -> str:
     """'' when a float64 layer's output and parameter gradients through the cache (y, grads) are
-    one call's (y64, g64) to CHAIN_REL_TOL of each's largest value; else what differs."""
+    one call's (y64, g64) to `rel_tol` of each's largest value; else what differs."""
     for name, got, want in [("y", y, y64), *((n, grads.get(n), g64[n]) for n in g64)]:
         if got is None or want is None:
             continue
         err, scale = (got - want).abs().max().item(), want.abs().max().item()
-        if not err <= CHAIN_REL_TOL * max(scale, 1e-300):
+        if not err <= rel_tol * max(scale, 1e-300):
             return (f"the float64 layer through the cache differs from one call in {name} by "
                     f"{err:.3g} (max {scale:.3g}): the layer loses or misplaces state between calls")
     return ""
