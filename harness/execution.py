@@ -18,6 +18,7 @@ class Execution:
     """What one forward and backward of an implementation gave."""
     result: dict   # tensor name ("o", "ht", "dq", "dh0", ...) -> output or gradient (None if absent)
     given: dict    # input name -> (the tensor the implementation received, the original it copies)
+    backward: bool = True   # False: the forward only (its backward failed or is absent)
 
 
 class RunFailed(Exception):
@@ -27,11 +28,14 @@ class RunFailed(Exception):
     returned that match the op, which are still compared with the golden. `verdict` is the row it
     gets: SKIP for a forward-only implementation, whose backward raises NotImplementedError
     (upstream's fused_recurrent of gated_delta_rule) or whose outputs carry no gradient
-    (upstream's fused_recurrent_kda, outside autograd), and for what a release lacks; else ERROR."""
+    (upstream's fused_recurrent_kda, outside autograd), and for what a release lacks; else ERROR.
+    `in_backward`: the forward ran whole and only its backward failed or is absent, so checks of
+    the forward alone (`Check.forward_only`) still run."""
 
-    def __init__(self, message: str, forward: dict, tensor: str = "", verdict: str = "ERROR"):
+    def __init__(self, message: str, forward: dict, tensor: str = "", verdict: str = "ERROR",
+                 in_backward: bool = False):
         super().__init__(message)
-        self.forward, self.tensor, self.verdict = forward, tensor, verdict
+        self.forward, self.tensor, self.verdict, self.in_backward = forward, tensor, verdict, in_backward
 
 
 def _shape_text(shape, symbols) -> str:
@@ -154,7 +158,7 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     if outputs and not any(x.requires_grad for x in outputs):
         raise RunFailed("no backward: its outputs carry no gradient (computed outside autograd)",
                         {} if segments else {k: v for k, v in result.items() if v is not None},
-                        verdict="SKIP")
+                        verdict="SKIP", in_backward=True)
     try:
         if outputs:
             torch.autograd.backward(outputs, grads)
@@ -162,7 +166,7 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         forward_only = isinstance(exc, NotImplementedError)
         raise RunFailed(f"{'no backward: it' if forward_only else 'backward'} raised {describe_error(exc)}",
                         {} if segments else {k: v for k, v in result.items() if v is not None},
-                        verdict="SKIP" if forward_only else "ERROR") from exc
+                        verdict="SKIP" if forward_only else "ERROR", in_backward=True) from exc
     for name, x in leaves.items():
         if name in differentiable:
             result["d" + name] = x.grad

@@ -176,6 +176,12 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             rows += [_row(case, impl, "golden", name, wall_s=wall, **against_golden(exc.forward, name))
                      for name in names if name in exc.forward]
             rows.append(run_row(case, impl, exc.verdict, describe_error(exc), tensor=exc.tensor))
+            if exc.in_backward:
+                forward = Execution(exc.forward, {}, backward=False)
+                for check in selected:
+                    if check.forward_only and check.applies(context, impl):
+                        where["step"] = f"{label}: the {check.name} check of its forward"
+                        rows.extend(check.rows(context, impl, forward))
             _release(device)
             continue
         except Exception as exc:

@@ -26,7 +26,7 @@ import torch
 
 from harness import upstream
 from harness.checks.bits import bitwise_equal, describe_difference
-from harness.checks.layer import chain_difference, compare_runs, run_segments
+from harness.checks.layer import chain_difference, compare_runs, no_gradients_row, run_segments
 from harness.checks.segments import segment_bounds
 from harness.declaration import load_function
 from harness.float32_helpers import helpers_in_float32
@@ -148,16 +148,17 @@ def kernels_replaced(layer, spec, set_name: str, reference):
             setattr(module, name, original)
 
 
-def _run(layer, x, dy, segments, cache_class, mask=None):
+def _run(layer, x, dy, segments, cache_class, backward, mask=None):
     """`run_segments` of a copy of the release's layer: one call (with `mask` as its
     attention_mask), or segments through a new cache of the release's."""
     chained = len(segments) > 1
     return run_segments(copy.deepcopy(layer), x, dy, segments, cache_class() if chained else None,
-                        attention_mask=mask, use_cache=chained)
+                        backward, attention_mask=mask, use_cache=chained)
 
 
-def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
-    """Rows (check "layer", tensors "<set> layer: ...") of the set's own layer in `impl`'s mode."""
+def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True) -> list[dict]:
+    """Rows (check "layer", tensors "<set> layer: ...") of the set's own layer in `impl`'s mode;
+    without `backward`, of its forward alone."""
     target, arguments = spec.layer.upstream[set_name]
     label = f"{set_name} layer"
     dtype = case.torch_dtype
@@ -177,14 +178,14 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
     golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
     baseline_fn = functools.partial(load_function(spec.reference_chunked), operand_dtype=dtype,
                                     chunk_size=spec.baseline_chunk_size)
-    rows = []
+    rows = [] if backward else [no_gradients_row(make_row, f"{label}: ")]
 
     def references(x_, dy_, segments, mask=None):
         with kernels_replaced(layer, spec, set_name, golden_fn), helpers_in_float32(HELPERS[set_name]):
             gold = _run(copy.deepcopy(layer).double(), x_.double(), dy_.double(), segments, cache_class,
-                        mask)[:2]
+                        backward, mask)[:2]
         with kernels_replaced(layer, spec, set_name, baseline_fn):
-            base = _run(layer, x_, dy_, segments, cache_class, mask)[:2]
+            base = _run(layer, x_, dy_, segments, cache_class, backward, mask)[:2]
         return gold, base
 
     def compare(suffix, got, gold, base):
@@ -194,8 +195,8 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
     try:
         whole = [(0, case.T)]
         gold, base = references(x, dy, whole)
-        step = "its forward and backward"
-        y, grads, x_after, _ = _run(layer, x, dy, whole, cache_class)
+        step = "its forward and backward" if backward else "its forward"
+        y, grads, x_after, _ = _run(layer, x, dy, whole, cache_class, backward)
         compare("", (y, grads), gold, base)
         if not bitwise_equal(x_after, x):
             rows.append(make_row("layer", f"{label}: x", verdict="FAIL", message=f"the layer wrote into "
@@ -207,7 +208,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
             broken_chain = chain_difference(*gold_s, *gold, rel_tol=CHAIN_REL_TOL_FLOAT32_HELPERS)
             rows.append(make_row("layer", f"{label}: float64 segments", verdict="FAIL" if broken_chain
                                  else "PASS", message=broken_chain))
-            y, grads, _, handed = _run(layer, x, dy, segments, cache_class)
+            y, grads, _, handed = _run(layer, x, dy, segments, cache_class, backward)
             compare(" (segments)", (y, grads), gold_s, base_s)
             changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
             rows.append(make_row("layer", f"{label}: cache", verdict="FAIL" if changed else "PASS",
@@ -215,20 +216,20 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row) -> list[dict]:
                                  if changed else ""))
         if case.B > 1 and case.T > PADDED:
             step = "a left-padded batch"
-            rows += _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype)
+            rows += _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype, backward)
     except Exception as exc:
         rows.append(make_row("layer", label, verdict="ERROR", message=f"{step} raised "
                              f"{type(exc).__name__}: {exc}"[:500]))
     return rows
 
 
-def _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype) -> list[dict]:
+def _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype, backward) -> list[dict]:
     """The batch with its second sequence left-padded by PADDED tokens (attention_mask 0 there):
     its y at the real tokens against the golden of that sequence alone, and its first sequence
     against the golden of the whole first sequence."""
     mask = torch.ones(case.B, case.T, dtype=torch.long, device=x.device)
     mask[1, :PADDED] = 0
-    y, *_ = _run(layer, x, torch.zeros_like(dy), [(0, case.T)], cache_class, mask)
+    y, *_ = _run(layer, x, torch.zeros_like(dy), [(0, case.T)], cache_class, backward, mask)
     rows = []
     for b, start in ((0, 0), (1, PADDED)):
         xs, dys = x[b:b + 1, start:], dy[b:b + 1, start:]

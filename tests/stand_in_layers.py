@@ -153,13 +153,36 @@ MISTAKES = {
 }
 
 
-def release(mistake: str | None = None) -> dict:
-    """RELEASE, or RELEASE with one of MISTAKES in its layer, or ("unbuildable") with a layers
-    package that does not import (fla's needs transformers)."""
-    if mistake is None:
-        return RELEASE
-    if mistake == "unbuildable":
-        return {**RELEASE, "fla/layers/__init__.py": "raise ImportError('No module named transformers')"}
-    old, new = MISTAKES[mistake]
-    assert old in RELEASE["fla/layers/gla.py"], mistake
-    return {**RELEASE, "fla/layers/gla.py": RELEASE["fla/layers/gla.py"].replace(old, new)}
+# an inference-only fused_recurrent_gla, as fla's fused_recurrent of the gated delta rule: its
+# output's backward raises NotImplementedError
+FORWARD_ONLY = ("            return o, (ht.transpose(-1, -2) if state_v_first and ht is not None else ht)",
+                """            return _NoBackward.apply(o), (ht.transpose(-1, -2) if state_v_first and ht is not None else ht)
+
+
+        import torch
+
+
+        class _NoBackward(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, o):
+                return o.clone()
+
+            @staticmethod
+            def backward(ctx, do):
+                raise NotImplementedError("Backward pass is not implemented yet")""")
+
+
+def release(changes: str | None = None) -> dict:
+    """RELEASE, or RELEASE with `changes` ("+"-joined): one of MISTAKES in its layer,
+    "forward_only" (FORWARD_ONLY), or "unbuildable", a layers package that does not import (fla's
+    needs transformers)."""
+    files = dict(RELEASE)
+    for change in (changes or "").split("+") if changes else []:
+        if change == "unbuildable":
+            files["fla/layers/__init__.py"] = "raise ImportError('No module named transformers')"
+            continue
+        path, (old, new) = (("fla/ops/gla/__init__.py", FORWARD_ONLY) if change == "forward_only"
+                            else ("fla/layers/gla.py", MISTAKES[change]))
+        assert old in files[path], change
+        files[path] = files[path].replace(old, new)
+    return files

@@ -50,6 +50,29 @@ def test_a_planted_layer_mistake_fails_its_own_row(layer_release, tmp_path, fail
     assert message in rows[failing][1], rows
 
 
+@pytest.mark.parametrize("layer_release, failing", [
+    ("forward_only", None), ("forward_only+state_stored_transposed", "float64 segments"),
+    ("forward_only+mask_ignored", "y (padded batch, sequence 1)")], indirect=["layer_release"])
+def test_a_forward_only_function_still_has_its_layers_forward_checked(layer_release, failing, tmp_path):
+    """An inference kernel (its backward raises NotImplementedError, as fla's fused_recurrent of
+    the gated delta rule) is a SKIP for its gradients, and both layers around it are checked in
+    their forward: output, the cache across segments, padding; a mistake there still fails."""
+    rows = layer_rows(tmp_path)
+    forward = {"y", "y (segments)", "float64 segments", "cache", "y (padded batch, sequence 0)",
+               "y (padded batch, sequence 1)"}
+    assert set(rows) == forward | {"gradients"}, set(rows)
+    assert rows["gradients"] == ("SKIP", "the implementation has no backward (its run's row says why): "
+                                 "the layer's output, cache and input are checked")
+    assert {t for t in forward if rows[t][0] != "PASS"} == ({failing} if failing else set()), rows
+    every = pd.read_csv(tmp_path / "out" / "results.csv", keep_default_na=False)
+    run = every[every["check"] == "run"]
+    assert list(run["verdict"]) == ["SKIP"] and "no backward" in run["message"].iloc[0]
+    ours = every[(every["check"] == "layer") & ~every["tensor"].str.startswith("fla layer")]
+    assert {"gradients", "y", "y (segments)", "cache"} <= set(ours["tensor"]), set(ours["tensor"])
+    assert not ours["tensor"].str.startswith("d").any()
+    assert set(ours.loc[ours["tensor"] != "gradients", "verdict"]) == {"PASS"}, ours
+
+
 @pytest.mark.parametrize("layer_release", ["unbuildable"], indirect=True)
 def test_a_layer_the_release_cannot_build_is_a_skip(layer_release, tmp_path):
     rows = layer_rows(tmp_path)

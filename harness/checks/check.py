@@ -37,8 +37,11 @@ class CaseContext:
 @dataclass(frozen=True)
 class Check:
     """One check: `rows(ctx, impl, execution)` are its rows for an implementation whose run gave
-    `execution`; `applies(ctx, impl)` says whether it runs for that implementation at all."""
+    `execution`; `applies(ctx, impl)` says whether it runs for that implementation at all;
+    `forward_only`, whether it also runs, with an execution of the forward alone
+    (`backward=False`), for an implementation whose backward failed or is absent."""
     name: str
     rows: Callable
     group: tuple = ()
     applies: Callable = lambda ctx, impl: True
+    forward_only: bool = False

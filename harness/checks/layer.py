@@ -34,27 +34,30 @@ def build_layer(spec, case, device, dtype):
     return layer.to(device=device, dtype=dtype)
 
 
-def _run(layer, kernel, x, dy, segments):
-    """y and the parameter gradients of sum(y * dy), the sequence in one call or in segments
-    chained through the Cache; the cache states handed in are checked afterwards."""
+def _run(layer, kernel, x, dy, segments, backward=True):
+    """y and the parameter gradients of sum(y * dy) (with `backward`), the sequence in one call or
+    in segments chained through the Cache; the cache states handed in are checked afterwards."""
     layer = copy.deepcopy(layer)
     layer.kernel = kernel
-    return run_segments(layer, x, dy, segments, use_cache=True)
+    return run_segments(layer, x, dy, segments, use_cache=True, backward=backward)
 
 
-def run_segments(layer, x, dy, segments, cache=None, **call):
+def run_segments(layer, x, dy, segments, cache=None, backward=True, **call):
     """(y, the parameter gradients of sum(y * dy), x after, [(a state handed in, its copy)]) of
     `layer` over x's `segments`, each call taking the cache the last one returned (from `cache`)
-    and the keywords `call`. x is copied first, so a layer that writes into it shows."""
+    and the keywords `call`; without `backward`, no gradients ({}). x is copied first, so a layer
+    that writes into it shows."""
     x = x.detach().clone()
     pieces, handed = [], []
-    for t0, t1 in segments:
-        if cache is not None and len(cache) > 0:
-            handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
-        y, _, cache = layer(x[:, t0:t1], past_key_values=cache, **call)
-        pieces.append(y)
-    y = torch.cat(pieces, dim=1)
-    (y * dy).sum().backward()
+    with torch.set_grad_enabled(backward):
+        for t0, t1 in segments:
+            if cache is not None and len(cache) > 0:
+                handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
+            y, _, cache = layer(x[:, t0:t1], past_key_values=cache, **call)
+            pieces.append(y)
+        y = torch.cat(pieces, dim=1)
+    if backward:
+        (y * dy).sum().backward()
     grads = {f"d{name}": p.grad for name, p in layer.named_parameters() if p.grad is not None}
     return y.detach(), grads, x, handed
 
@@ -93,14 +96,15 @@ def compare_runs(make_row, case, prefix: str, label: str, got, gold, base, shape
 CHAIN_REL_TOL = 1e-9
 
 
-def _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64) -> str:
+def _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64, backward=True) -> str:
     """'' when the float64 layer run through the cache in `segments` gives one call's output and
     parameter gradients (to CHAIN_REL_TOL of each's largest value); else what differs. Both sides
     are the golden, so a difference is the layer's (its cache loses or misplaces state), which
     the kernel rows, bounded by a baseline through the same layer, cannot show."""
     if not segments:
         return ""
-    y, grads, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), segments)
+    y, grads, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), segments,
+                          backward)
     return chain_difference(y, grads, y64, g64)
 
 
@@ -133,8 +137,15 @@ def _training_runs(layer, kernel, x, segments) -> str:
     return ""
 
 
-def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
-    """Rows (check "layer") for one implementation; `make_row(check, tensor, **fields)`."""
+def no_gradients_row(make_row, label: str) -> dict:
+    """The row of a layer run on an implementation without a backward: what is checked instead."""
+    return make_row("layer", f"{label}gradients", verdict="SKIP", message="the implementation has no "
+                    "backward (its run's row says why): the layer's output, cache and input are checked")
+
+
+def layer_rows(spec, case, impl, device, make_row, backward=True) -> list[dict]:
+    """Rows (check "layer") for one implementation; `make_row(check, tensor, **fields)`; without
+    `backward`, of the forward alone."""
     if spec.layer is None:
         return []
     dtype = case.torch_dtype
@@ -146,23 +157,24 @@ def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
     golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
     baseline_fn = functools.partial(load_function(spec.reference_chunked), operand_dtype=dtype,
                                     chunk_size=spec.baseline_chunk_size)
-    y64, g64, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), whole)
+    y64, g64, _, _ = _run(copy.deepcopy(layer).double(), golden_fn, x.double(), dy.double(), whole,
+                          backward)
     segments = segment_bounds(case.T)
-    broken_chain = _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64)
+    broken_chain = _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64, backward)
     # the baseline runs each call pattern itself: segments round differently from one call
-    baselines = {label: _run(layer, baseline_fn, x, dy, bounds)[:2]
+    baselines = {label: _run(layer, baseline_fn, x, dy, bounds, backward)[:2]
                  for label, bounds in (("", whole), (" (segments)", segments)) if bounds}
-    rows = []
+    rows = [] if backward else [no_gradients_row(make_row, "")]
 
     def compare(label, y, grads):
         rows.extend(compare_runs(make_row, case, "", label, (y, grads), (y64, g64), baselines[label],
                                  x.shape))
 
     try:
-        y, grads, x_after, _ = _run(layer, impl.fn, x, dy, whole)
+        y, grads, x_after, _ = _run(layer, impl.fn, x, dy, whole, backward)
         compare("", y, grads)
         if segments:
-            y, grads, _, handed = _run(layer, impl.fn, x, dy, segments)
+            y, grads, _, handed = _run(layer, impl.fn, x, dy, segments, backward)
             compare(" (segments)", y, grads)
             changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
             rows.append(make_row("layer", "float64 segments", verdict="FAIL" if broken_chain else "PASS",
@@ -170,9 +182,10 @@ def layer_rows(spec, case, impl, device, make_row) -> list[dict]:
             rows.append(make_row("layer", "cache", verdict="FAIL" if changed else "PASS",
                                  message=f"the layer wrote into the cached state ({changed[0]} changed)"
                                  if changed else ""))
-            error = _training_runs(layer, impl.fn, x, segments)
-            rows.append(make_row("layer", "training", verdict="ERROR" if error else "PASS",
-                                 message=f"backward per detached segment: {error}" if error else ""))
+            if backward:
+                error = _training_runs(layer, impl.fn, x, segments)
+                rows.append(make_row("layer", "training", verdict="ERROR" if error else "PASS",
+                                     message=f"backward per detached segment: {error}" if error else ""))
         if not bitwise_equal(x_after, x):
             rows.append(make_row("layer", "x", verdict="FAIL", message=f"the layer wrote into its input "
                                  f"({describe_difference(x_after, x)} changed)"))
@@ -191,16 +204,18 @@ def _prefixed(label: str, metrics: dict) -> dict:
 
 def rows(ctx, impl, execution) -> list[dict]:
     """Our layer around the implementation; and for an implementation of a set whose own layer
-    the op declares (`LayerSpec.upstream`), that layer on its own kernels (harness/upstream_layers.py)."""
+    the op declares (`LayerSpec.upstream`), that layer on its own kernels (harness/upstream_layers.py);
+    of the forward alone for an implementation without a backward."""
     make_row = lambda check, tensor, **fields: ctx.row(impl, check, tensor, **fields)  # noqa: E731
-    found = layer_rows(ctx.spec, ctx.case, impl, ctx.device, make_row)
+    found = layer_rows(ctx.spec, ctx.case, impl, ctx.device, make_row, execution.backward)
     set_name = package_of(impl.fn)
     if set_name in ctx.spec.layer.upstream:
         from harness import upstream_layers   # it builds on this module's helpers
-        found += upstream_layers.layer_rows(ctx.spec, ctx.case, impl, set_name, ctx.device, make_row)
+        found += upstream_layers.layer_rows(ctx.spec, ctx.case, impl, set_name, ctx.device, make_row,
+                                            execution.backward)
     return found
 
 
-CHECK = Check("layer", rows, group=("op", "dtype", "T"),
+CHECK = Check("layer", rows, group=("op", "dtype", "T"), forward_only=True,
               applies=lambda ctx, impl: ctx.spec.layer is not None and not ctx.case.packed
               and ctx.case.option == "none" and ctx.sample is None and ctx.case.dtype in DTYPES)
