@@ -105,6 +105,16 @@ def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200) 
     return json.loads(proc.stdout)
 
 
+def _chain(exc: BaseException) -> str:
+    """An exception and its causes, innermost last, each cut to its end: a compile error inside a
+    called @triton.jit function is reported at the call, its reason in the cause."""
+    parts = []
+    while exc is not None and len(parts) < 4:
+        parts.append(f"{type(exc).__name__}: {exc}"[-1500:])
+        exc = exc.__cause__ or exc.__context__
+    return "\n caused by ".join(parts)
+
+
 def _compile_main(arch: int):
     import triton
     from triton.backends.compiler import GPUTarget
@@ -123,8 +133,7 @@ def _compile_main(arch: int):
             results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
                             "constexprs": rec["constexprs"]})
         except Exception as exc:  # every failure is reported, the others still compile
-            results.append({"name": rec["name"], "ok": False, "error": f"{type(exc).__name__}: {exc}"[-2000:],
-                            "constexprs": rec["constexprs"]})
+            results.append({"name": rec["name"], "ok": False, "error": _chain(exc), "constexprs": rec["constexprs"]})
     print(json.dumps(results))
 
 
