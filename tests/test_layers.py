@@ -35,10 +35,6 @@ def inputs(B=2, T=20, seed=1, hidden=HIDDEN):
     return torch.randn(B, T, hidden, device=DEVICE)
 
 
-def grads(layer):
-    return {name: p.grad.clone() for name, p in layer.named_parameters()}
-
-
 def assert_close(a, b, what):
     scale = b.abs().max().item() or 1.0
     err = (a - b).abs().max().item()
@@ -46,22 +42,13 @@ def assert_close(a, b, what):
 
 
 @pytest.mark.parametrize("cls,mode", LAYERS, ids=[f"{c.__name__}-{m}" for c, m in LAYERS])
-def test_segments_with_the_cache_equal_one_call(cls, mode):
-    """Output shape; the sequence in two calls through the cache gives the outputs and the
-    parameter gradients of one call (gradients flow back through the carried state)."""
+def test_a_call_returns_the_output_no_attentions_and_the_cache(cls, mode):
+    """Output shape, no attention weights, and a cache holding the tokens seen. That two calls
+    through the cache give one call's output and parameter gradients is the layer check's
+    (test_checks: every mode of every layer, against a float64 layer through the same cache)."""
     layer, x = make(cls, mode), inputs()
     y, attentions, cache = layer(x, use_cache=True)
     assert y.shape == x.shape and attentions is None and cache.get_seq_length(0) == x.shape[1]
-    y.pow(2).sum().backward()
-    whole = grads(layer)
-    layer.zero_grad()
-    first, _, cache = layer(x[:, :7], use_cache=True)
-    second, _, cache = layer(x[:, 7:], use_cache=True, past_key_values=cache)
-    joined = torch.cat([first, second], dim=1)
-    assert_close(joined, y.detach(), "output")
-    joined.pow(2).sum().backward()
-    for name, g in grads(layer).items():
-        assert_close(g, whole[name], f"gradient of {name}")
 
 
 @pytest.mark.parametrize("cls", [LinearAttention, GatedSlotAttention], ids=lambda c: c.__name__)
