@@ -64,7 +64,8 @@ def in_kernel_transforms(values: dict, inputs: dict) -> None:
         g = inputs["g"]
         heads = g.shape[2:]   # [H] or [H, K] of g [B, T, H(, K)]
         raw = g if dt_bias is None else g + dt_bias.view(heads)
-        inputs["g"] = -A_log.exp().view(heads[:1] + (1,) * (len(heads) - 1)) * torch.nn.functional.softplus(raw)
+        rate = A_log.exp().view(heads[:1] + (1,) * (len(heads) - 1))   # per head, over g's channels
+        inputs["g"] = -rate * torch.nn.functional.softplus(raw)
     elif A_log is not None or dt_bias is not None:
         raise NotImplementedError("A_log or dt_bias without use_gate_in_kernel")
 
@@ -216,7 +217,8 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
                                  if changed else ""))
         if case.B > 1 and case.T > PADDED:
             step = "a left-padded batch"
-            rows += _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype, backward)
+            rows += _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype,
+                                 backward)
     except Exception as exc:
         rows.append(make_row("layer", label, verdict="ERROR", message=f"{step} raised "
                              f"{type(exc).__name__}: {exc}"[:500]))

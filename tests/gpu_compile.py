@@ -133,7 +133,8 @@ def _compile_main(arch: int):
             results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
                             "constexprs": rec["constexprs"]})
         except Exception as exc:  # every failure is reported, the others still compile
-            results.append({"name": rec["name"], "ok": False, "error": _chain(exc), "constexprs": rec["constexprs"]})
+            results.append({"name": rec["name"], "ok": False, "error": _chain(exc),
+                            "constexprs": rec["constexprs"]})
     print(json.dumps(results))
 
 

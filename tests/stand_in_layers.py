@@ -1,7 +1,8 @@
 """A stand-in `fla` package with a layer shaped like fla 0.6.0's GatedLinearAttention (its forward's
 arguments and return, the cache it reads and updates, `state_v_first` states, a padding mask
-unpadded into `cu_seqlens`, an output norm of fla.modules that refuses float64 as its Triton norms do), computing with our kernels so that it runs on CPU; and the same
-package with one planted mistake each (`release`). {path: source} for tests/test_upstream_layers.py."""
+unpadded into `cu_seqlens`, an output norm of fla.modules that refuses float64 as fla's Triton
+norms do), computing with our kernels so that it runs on CPU; and the same package with one
+planted mistake each (`release`). {path: source} for tests/test_upstream_layers.py."""
 
 RELEASE = {
     "fla/__init__.py": "__version__ = '0.6.0'",
