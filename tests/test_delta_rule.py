@@ -12,11 +12,15 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from harness.cases import Case
 from harness.declaration import load_function
 from harness.registry import OPS
 from harness.runner import Implementation, run_case
+from fla_kernels.ops.common.chunk_delta import unit_lower_inverse
+from fla_kernels.ops.common.tiles import load_rows, store_rows
 from references.delta import l2_normalise
 from references.gated_delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
 from references.kda import kda_chunked, kda_recurrent
@@ -147,10 +151,10 @@ def test_float32_beta_beside_bf16_inputs(variant):
 @pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule", "kda"])
 def test_chunk_kernels_at_every_block_shape(op):
     """The chunked kernels in bf16 against the float64 loop at head sizes that change their blocks
-    and warps: K in one block of 16 to 128 (4 or 8 warps), V in one, two or eight 32-wide blocks.
-    Triton 3.6 on the H100 miscompiled a sum over two or more V blocks with 4 warps, and 16-wide
-    V blocks with 8 warps (ops/common/chunk_delta.py). The interpreter runs one shape with two V
-    blocks; a GPU runs them all."""
+    and warps: K in one block of 16 to 128, V in one to eight V-blocks (32 or, in kda's walks, 64
+    wide) under 4 or 8 warps (`_settings`). Triton 3.6 on the H100 miscompiled a sum over two or
+    more V blocks with 4 warps, and 16-wide V blocks with 8 warps (ops/common/chunk_delta.py). The
+    interpreter runs one shape with two V blocks; a GPU runs them all."""
     spec = OPS[op]
     shapes = [(16, 64)] if DEVICE == "cpu" else [(K, V) for K in (16, 32, 64, 128) for V in (16, 64, 256)]
     for K, V in shapes:
@@ -230,3 +234,32 @@ def test_a_beta_gradient_without_its_correction_fails_dbeta_only():
 def test_a_key_reading_the_undecayed_state_fails_o():
     failed = sweep_failures("kda", "kda_key_reads_undecayed_state")
     assert {("golden", "o"), ("golden", "ht"), ("golden", "dg")} <= failed, failed
+
+
+@triton.jit
+def _solve_kernel(A, Ti, scratch, T, BT: tl.constexpr):
+    b_A = load_rows(A, 0, 0, T, 1, BT, BT, BT, 0)
+    store_rows(Ti, unit_lower_inverse(b_A, scratch, 0, tl.program_id(0) * BT, T, 1, BT), 0, 0, T, 1,
+               BT, BT, BT, 0)
+
+
+def test_the_chunk_solve_is_as_accurate_as_float32_allows():
+    """`unit_lower_inverse` against the float64 inverse of I + A, A = strictly_lower(diag(beta) K K^T)
+    of unit keys, with beta near 1 and keys alike (Ti's entries grow along the chunk): within two
+    float32 epsilons of its largest entry (measured at most 0.72 here over 40 draws; the other
+    association of its block substitution reached 2.4, the 64-row solve it replaced 1.3; the
+    margin is for another CPU's or the GPU's summation order), and a chunk cut short at T = 40
+    leaves zero rows past T."""
+    torch.manual_seed(0)
+    for trial in range(8):
+        k = F.normalize(torch.randn(64, 64, dtype=torch.float64) + trial * 0.3, dim=-1)
+        beta = torch.sigmoid(torch.randn(64, dtype=torch.float64) + 2)
+        A = torch.tril(beta[:, None] * (k @ k.T), -1).float()
+        for T in (64, 40):
+            Ti, scratch = torch.zeros(1, 64, 1, 64, device=DEVICE), torch.zeros(1, 64, 1, 64, device=DEVICE)
+            _solve_kernel[(1,)](A[None, :, None].to(DEVICE), Ti, scratch, T, BT=64)
+            want = torch.linalg.inv(torch.eye(T, dtype=torch.float64) + A[:T, :T].double())
+            got = Ti.view(64, 64).double().cpu()
+            err = (got[:T, :T] - want).abs().max() / want.abs().max()
+            assert err <= 2 * torch.finfo(torch.float32).eps, f"trial {trial}, T={T}: {err:.3g}"
+            assert not got[T:].any()

@@ -13,13 +13,16 @@ With a gate per key channel, exp(G) scales each column of K and Q, exp(G_L) each
 pair products Gamma * K K^T and Gamma * Q K^T become sum_c k_tc k_sc exp(G_tc - G_sc) (and q's):
 `chunk_pairs.py` forms them (Akk, Aqk) before the prepare kernel and takes their gradients after
 the backward's chunk kernel; the kernels here read them instead of forming them.
-Ti comes from `unit_lower_inverse`: rows substituted inside 16-row diagonal blocks, then blocks
-merged pairwise. Only the state walks cross chunks; everything else is one program per chunk.
+Ti comes from `unit_lower_inverse`: 16-row diagonal blocks inverted by substitution, the blocks
+below them by block substitution, all in 16 x 16 products. Only the state walks cross
+chunks, and they carry the state alone (two products per chunk and V-block); everything else is
+one program per chunk.
 
-Forward:  `_prepare_kernel` (Ti, w, u per chunk) -> `_fwd_walk_kernel` (per V-block: U, o, the
-          states entering each chunk, the final state).
-Backward: `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
-          chunk: dU = scale (Gamma * Q K^T)^T do + diag(exp(G_L - G)) K dh, then
+Forward:  `_prepare_kernel` (Ti, w, u per chunk) -> `_fwd_walk_kernel` (per V-block: U, the
+          states entering each chunk, the final state) -> `_fwd_output_kernel` (o per chunk).
+Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
+          `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
+          chunk: dU += diag(exp(G_L - G)) K dh, then
           dh <- exp(G_L) dh + scale (diag(exp(G)) Q)^T do - w^T dU (dh0 after the first chunk).
           `_bwd_chunk_kernel` then takes, per chunk, every input gradient from dU and dh:
           dw = -dU h^T; through w = Ti Y and u = Ti X (Y = diag(beta exp(G)) K, X = diag(beta) V)
@@ -43,8 +46,7 @@ k_s^T U_s; dg_t is the chunk-local reverse cumsum of dG. The diagonal pairs (Gam
 the last row's write (exp(G_L - G_L) = 1) carry no gate: they add and subtract the same term on
 one row, so they are left out of both sides instead of cancelling to rounding.
 
-The walks and the backward's chunk kernel run unpipelined (num_stages=1): at K = 128 with fp32
-operands, pipelined loads of their many tiles need (nearly) more shared memory than the H100 has.
+Launch settings per kernel (V-block width, warps, pipelining) are `_settings`'.
 
 Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
 (`mma` with float32 operands), the triangular solve and its gradient in IEEE fp32; fp32 inputs
@@ -81,31 +83,70 @@ WIDEST_SCALAR_GATE = 128
 
 
 @triton.jit
-def unit_lower_inverse(b_A, BT: tl.constexpr):
-    """(I + A)^{-1} [BT, BT] float32 for A strictly lower triangular (BT = 64), in IEEE fp32.
+def unit_lower_inverse(b_A, scratch, base, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """(I + A)^{-1} [BT, BT] float32 for A strictly lower triangular (BT = 64), in IEEE fp32,
+    through the program's rows of `scratch` [B, T, H, BT] (base = row * BT), which end holding it.
 
-    Inside each diagonal block of 16 rows, row i of the inverse is e_i - sum_{j < i} A_ij Ti_j:
-    the rows of all blocks are substituted together, one row per step. Two diagonal blocks D1,
-    D2 of the inverse then merge into [[D1, 0], [-D2 A21 D1, D2]], i.e. Ti - Ti A_off Ti with
-    A_off the block A21: at 16 and at 32 rows."""
-    o = tl.arange(0, BT)
-    r, c = o[:, None], o[None, :]
-    b_Ad = tl.where((r // 16) == (c // 16), b_A, 0.0)
-    b_T = tl.where(r == c, 1.0, 0.0)
+    A goes to the scratch and comes back as 16 x 16 blocks A_ij. Each diagonal block D_i is
+    inverted by substitution, one row per step (`_diagonal_inverse`). The blocks below follow from
+    Ti (I + A) = I, row by row from the diagonal leftwards: Ti_ij = -(sum_{j < s <= i} Ti_is A_sj) D_j,
+    in 16 x 16 products (the association of pairwise merges of inverses; the other one,
+    -D_i sum_s A_is Ti_sj, was 1.5 x less accurate in the last row's blocks). The blocks go back
+    to the scratch and the whole inverse is read from it. Rows past T read as zero and are not
+    stored; their A is zero, so the rows before them do not see them."""
+    tl.static_assert(BT == 64)
+    tl.debug_barrier()
+    store_rows(scratch, b_A, base, c0, T, H, BT, BT, BT, 0)
+    tl.debug_barrier()
+    A10 = load_rows(scratch, base, c0 + 16, T, H, BT, 16, 16, 0)
+    A20 = load_rows(scratch, base, c0 + 32, T, H, BT, 16, 16, 0)
+    A21 = load_rows(scratch, base, c0 + 32, T, H, BT, 16, 16, 1)
+    A30 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 0)
+    A31 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 1)
+    A32 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 2)
+    D0 = _diagonal_inverse(scratch, base, c0, T, H, BT, 0)
+    D1 = _diagonal_inverse(scratch, base, c0, T, H, BT, 1)
+    D2 = _diagonal_inverse(scratch, base, c0, T, H, BT, 2)
+    D3 = _diagonal_inverse(scratch, base, c0, T, H, BT, 3)
+    T10 = -_ieee(_ieee(D1, A10), D0)
+    T21 = -_ieee(_ieee(D2, A21), D1)
+    T32 = -_ieee(_ieee(D3, A32), D2)
+    T20 = -_ieee(_ieee(T21, A10) + _ieee(D2, A20), D0)
+    T31 = -_ieee(_ieee(T32, A21) + _ieee(D3, A31), D1)
+    T30 = -_ieee(_ieee(T31, A10) + _ieee(T32, A20) + _ieee(D3, A30), D0)
+    tl.debug_barrier()
+    store_rows(scratch, D0, base, c0, T, H, BT, 16, 16, 0)
+    store_rows(scratch, T10, base, c0 + 16, T, H, BT, 16, 16, 0)
+    store_rows(scratch, D1, base, c0 + 16, T, H, BT, 16, 16, 1)
+    store_rows(scratch, T20, base, c0 + 32, T, H, BT, 16, 16, 0)
+    store_rows(scratch, T21, base, c0 + 32, T, H, BT, 16, 16, 1)
+    store_rows(scratch, D2, base, c0 + 32, T, H, BT, 16, 16, 2)
+    store_rows(scratch, T30, base, c0 + 48, T, H, BT, 16, 16, 0)
+    store_rows(scratch, T31, base, c0 + 48, T, H, BT, 16, 16, 1)
+    store_rows(scratch, T32, base, c0 + 48, T, H, BT, 16, 16, 2)
+    store_rows(scratch, D3, base, c0 + 48, T, H, BT, 16, 16, 3)
+    tl.debug_barrier()
+    return load_rows(scratch, base, c0, T, H, BT, BT, BT, 0)
+
+
+@triton.jit
+def _diagonal_inverse(scratch, base, c0, T, H: tl.constexpr, BT: tl.constexpr, j: tl.constexpr):
+    """(I + A_jj)^{-1} [16, 16] of the strictly lower diagonal block j of A in `scratch`, by
+    substitution: step i sets row i to e_i - (A_jj D)_i, whose rows before i are final. Each step
+    is one IEEE fp32 product, as the 64-row solve's were (a sum of rounded products on vectors
+    instead was 1.2 x less accurate)."""
+    o = tl.arange(0, 16)
+    b_A = load_rows(scratch, base, c0 + 16 * j, T, H, BT, 16, 16, j)
+    b_T = tl.where(o[:, None] == o[None, :], 1.0, 0.0)
     for i in range(1, 16):
-        step = mma(b_Ad, b_T, True, tl.float32)
-        b_T -= tl.where((r % 16) == i, step, 0.0)
-    b_T = _merge(b_T, b_A, r, c, 16)
-    b_T = _merge(b_T, b_A, r, c, 32)
+        b_T -= tl.where(o[:, None] == i, _ieee(b_A, b_T), 0.0)
     return b_T
 
 
 @triton.jit
-def _merge(b_T, b_A, r, c, S: tl.constexpr):
-    """The inverse of blocks of 2S rows from that of blocks of S rows (`unit_lower_inverse`)."""
-    off = ((r // (2 * S)) == (c // (2 * S))) & ((r & S) != 0) & ((c & S) == 0)
-    part = mma(b_T, tl.where(off, b_A, 0.0), True, tl.float32)
-    return b_T - mma(part, b_T, True, tl.float32)
+def _ieee(a, b):
+    """a @ b in IEEE fp32 (the solve's products)."""
+    return mma(a, b, True, tl.float32)
 
 
 @triton.jit
@@ -189,9 +230,10 @@ def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, V: tl.constexpr, BV: tl
 @triton.jit(do_not_specialize=["T"])
 def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.constexpr,
                     V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                    GATED: tl.constexpr, CHANNEL: tl.constexpr, STORE_AI: tl.constexpr,
-                    FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """Per chunk: Ti [B, T, H, BT] (when STORE_AI), w [B, T, H, K] and u [B, T, H, V], float32."""
+                    GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
+                    OPERAND_DTYPE: tl.constexpr):
+    """Per chunk: Ti [B, T, H, BT] (in Ai, the solve's scratch), w [B, T, H, K] and
+    u [B, T, H, V], float32."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
@@ -203,9 +245,8 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
         b_kk = mma(b_k, load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0), FP32_DOT, OPERAND_DTYPE) * gam
-    b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_kk * b_beta[:, None], 0.0), BT)
-    if STORE_AI:
-        store_rows(Ai, b_T, row * BT, c0, T, H, BT, BT, BT, 0)
+    b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_kk * b_beta[:, None], 0.0), Ai,
+                             row * BT, c0, T, H, BT)
     b_w = mma(b_T, b_k * (eG * b_beta[:, None]), FP32_DOT, tl.float32)
     store_rows(w, b_w, row * K, c0, T, H, K, BT, BK, 0)
     for i_v in range(tl.cdiv(V, BV)):
@@ -215,47 +256,85 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_walk_kernel(q, k, g, gc, Aqk, w, u, h0, o, ht, states, vnew, chunk_offsets, scale, T, NT,
-                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                     USE_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE: tl.constexpr,
-                     VARLEN: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """Per V-block, chunk after chunk: o [B, T, H, V]; ht [N, H, K, V] float32 when STORE_HT; when
-    STORE, the states entering each chunk [B, H, NT, K, V] and U [B, T, H, V], float32."""
+def _fwd_walk_kernel(k, g, gc, w, u, h0, ht, states, vnew, chunk_offsets, T, NT, H: tl.constexpr,
+                     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                     BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                     USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr,
+                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per V-block, chunk after chunk, the state alone: the states entering each chunk
+    [B, H, NT, K, V] and U [B, T, H, V], float32; ht [N, H, K, V] float32 when STORE_HT."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         c0 = i_c * BT
-        if STORE:
-            store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
+        store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
         eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                                       GATED, CHANNEL)
-        b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
         b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
         b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
-        if STORE:
-            store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
-        if CHANNEL:
-            b_s = load_rows(Aqk, row * BT, c0, T, H, BT, BT, BT, 0)
-        else:
-            b_s = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE) * gam
-        b_o = mma(b_q * eG, b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)
-        store_rows(o, b_o * scale, row * V, c0, T, H, V, BT, BV, i_v)
+        store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
         b_h = add_rounded(b_h * eL, mma(b_kt * eLG_t, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_walk_kernel(q, k, g, gc, Aqk, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
+def _fwd_output_kernel(q, k, g, gc, Aqk, states, vnew, o, scale, T, NT, H: tl.constexpr,
+                       K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                       BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per chunk, from the state entering it and its U: o [B, T, H, V], every V-block."""
+    i_c, i_b, i_h, row = _chunk_program(T, H, BT)
+    c0 = i_c * BT
+    index = (i_b * H + i_h) * NT + i_c
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL)
+    b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
+    if CHANNEL:
+        b_s = load_rows(Aqk, row * BT, c0, T, H, BT, BT, BT, 0)
+    else:
+        b_s = mma(b_q, load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0), FP32_DOT, OPERAND_DTYPE) * gam
+    b_qg = b_q * eG
+    for i_v in range(tl.cdiv(V, BV)):
+        b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
+        b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_o = mma(b_qg, b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)
+        store_rows(o, b_o * scale, row * V, c0, T, H, V, BT, BV, i_v)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _bwd_local_kernel(q, k, g, gc, Aqk, do, dvnew, scale, T, H: tl.constexpr, K: tl.constexpr,
+                      V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                      GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
+                      OPERAND_DTYPE: tl.constexpr):
+    """Per chunk, the part of dU [B, T, H, V] from the chunk's own outputs:
+    scale (Gamma * Q K^T)^T do, every V-block (the backward walk adds the state's part)."""
+    i_c, i_b, i_h, row = _chunk_program(T, H, BT)
+    c0 = i_c * BT
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL)
+    if CHANNEL:
+        b_st = load_rows_t(Aqk, row * BT, c0, T, H, BT, BT, BT, 0) * scale
+    else:
+        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
+        b_qt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0)
+        b_st = mma(b_k, b_qt, FP32_DOT, OPERAND_DTYPE) * gam_t * scale
+    for i_v in range(tl.cdiv(V, BV)):
+        b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
+        store_rows(dvnew, mma(b_st, b_do, FP32_DOT, tl.float32), row * V, c0, T, H, V, BT, BV, i_v)
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_walk_kernel(q, k, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, VARLEN: tl.constexpr,
                      FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk backwards: dhs [B, H, NT, K, V], the gradient of the state
-    leaving each chunk; dU [B, T, H, V]; dh0 [N, H, K, V] when STORE_DH0; all float32."""
+    leaving each chunk; dU [B, T, H, V] (dvnew holds the chunk's own part from
+    `_bwd_local_kernel`; the state's part is added); dh0 [N, H, K, V] when STORE_DH0; float32."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     for i_r in range(c_hi - c_lo):
@@ -268,11 +347,8 @@ def _bwd_walk_kernel(q, k, g, gc, Aqk, w, do, dht, dhs, dvnew, dh0, chunk_offset
         b_qt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0)
         b_wt = load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
-        if CHANNEL:
-            b_st = load_rows_t(Aqk, row * BT, c0, T, H, BT, BT, BT, 0) * scale
-        else:
-            b_st = mma(b_k, b_qt, FP32_DOT, OPERAND_DTYPE) * gam_t * scale
-        b_dU = mma(b_st, b_do, FP32_DOT, tl.float32) + mma(b_k * eLG, b_dh, FP32_DOT, tl.float32)
+        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dU += mma(b_k * eLG, b_dh, FP32_DOT, tl.float32)
         store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
         b_dh = b_dh * eL + mma(b_qt * (eG_t * scale), b_do, FP32_DOT, tl.float32)
         b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
@@ -401,11 +477,35 @@ def _bwd_chunk_kernel(q, k, v, beta, g, gc, Akk, Ai, states, vnew, do, dhs, dvne
         _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
 
 
-def _blocks(K, V):
-    """(BK, BV, num_warps): all of K in one block (at least 16, a dot's smallest), V in blocks of
-    32 (masked past V; see the module's note on Triton 3.6)."""
+def _settings(K, dtype, channel: bool) -> tuple:
+    """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest); per
+    kernel its V-block width BV and num_warps (and num_stages of the walks).
+
+    From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
+    (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and the
+    walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
+    pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the backward's
+    chunk kernel and the pair kernels with 8 from K = 128. Narrower heads keep the settings the
+    GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory out of range or
+    gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 128 those kernels take 4,
+    and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the
+    shared memory, so the walks pipeline only 16-bit tiles of 64 <= K <= 128 (a per-channel
+    backward walk not even then: out of shared memory at K = 128). V-blocks of the per-chunk
+    kernels are 32 wide (see the module's note on Triton 3.6)."""
     BK = max(16, triton.next_power_of_2(K))
-    return BK, 32, (8 if BK >= 128 else 4)
+    wide = BK >= 128
+    pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
+    per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
+    if not channel:
+        fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
+    elif BK >= 64:
+        fwd_walk = dict(BV=64, num_warps=8, num_stages=pipelined)
+        bwd_walk = dict(BV=64, num_warps=8, num_stages=1)
+    else:
+        fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
+    return BK, dict(prepare=per_chunk, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
+                    bwd_walk=bwd_walk, bwd_chunk=dict(BV=32, num_warps=8 if wide else 4, num_stages=1),
+                    pairs=dict(num_warps=8 if wide else 4))
 
 
 def _every_channel(g, beta: torch.Tensor, K: int) -> torch.Tensor:
@@ -454,30 +554,32 @@ class ChunkDeltaFunction(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         N, NT = state_count(B, chunk_offsets), triton.cdiv(T, CHUNK)
-        BK, BV, num_warps = _blocks(K, V)
-        grads = any(ctx.needs_input_grad[:7])
         f32 = dict(dtype=torch.float32, device=q.device)
         channel = (g is not None and g.dim() == 4) or K > WIDEST_SCALAR_GATE
-        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, CHANNEL=channel,
-                     num_warps=num_warps, **product_settings(q.dtype))
+        BK, settings = _settings(K, q.dtype, channel)
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
+                     **product_settings(q.dtype))
         gc = Akk = Aqk = None
         if channel:
             gc = chunk_cumgate_channels(_every_channel(g, beta, K), CHUNK)
             Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
             launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
-                   BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"])
-        Ai = torch.empty(B, T, H, CHUNK, **f32) if grads else None
+                   BC=PAIR_BLOCK, BK=BK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
+        Ai = torch.empty(B, T, H, CHUNK, **f32)
         w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
-        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T,
-               STORE_AI=grads, **modes)
+        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T, **modes,
+               **settings["prepare"])
 
-        o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
         ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
-        states = torch.empty(B, H, NT, K, V, **f32) if grads else None
-        vnew = torch.empty(B, T, H, V, **f32) if grads else None
-        launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, gc, Aqk, w, u, h0, o, ht, states,
-               vnew, chunk_offsets, scale, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
-               STORE=grads, VARLEN=chunk_offsets is not None, num_stages=1, **modes)
+        states = torch.empty(B, H, NT, K, V, **f32)
+        vnew = torch.empty(B, T, H, V, **f32)
+        walk = settings["fwd_walk"]
+        launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), k, g, gc, w, u, h0, ht,
+               states, vnew, chunk_offsets, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
+               VARLEN=chunk_offsets is not None, **modes, **walk)
+        o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
+        launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, states, vnew, o, scale, T, NT,
+               **modes, **settings["output"])
         save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, states, vnew,
                      chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
@@ -491,19 +593,22 @@ class ChunkDeltaFunction(torch.autograd.Function):
         B, T, H, K = q.shape
         V = v.shape[-1]
         N, NT = state_count(B, ctx.chunk_offsets), triton.cdiv(T, CHUNK)
-        BK, BV, num_warps = _blocks(K, V)
         f32 = dict(dtype=torch.float32, device=q.device)
         channel = gc is not None
-        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, BV=BV, GATED=g is not None, CHANNEL=channel,
-                     num_warps=num_warps, **product_settings(q.dtype))
+        BK, settings = _settings(K, q.dtype, channel)
+        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
+                     **product_settings(q.dtype))
         do, dht = upstream(ctx, v, do, dht)
 
         dhs = torch.empty(B, H, NT, K, V, **f32)
         dvnew = torch.empty(B, T, H, V, **f32)
         dh0 = torch.empty(N, H, K, V, **f32) if need_h0 else None
-        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, BV), N * H), q, k, g, gc, Aqk, w, do, dht, dhs, dvnew,
-               dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
-               VARLEN=ctx.chunk_offsets is not None, num_stages=1, **modes)
+        launch(_bwd_local_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, do, dvnew, ctx.scale, T, **modes,
+               **settings["local"])
+        walk = settings["bwd_walk"]
+        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, g, gc, w, do, dht, dhs,
+               dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
+               VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
 
         # with a gate per channel, the pair kernel adds to dq, dk and dG: float32 until then
         dq = torch.empty(q.shape, dtype=torch.float32 if channel else store_dtype(q.dtype), device=q.device)
@@ -515,11 +620,12 @@ class ChunkDeltaFunction(torch.autograd.Function):
         pairs = None if channel else torch.empty(B, T, H, CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
         launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, states, vnew, do,
-               dhs, dvnew, pairs, dAqk, dAkk, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, num_stages=1, **modes)
+               dhs, dvnew, pairs, dAqk, dAkk, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, **modes,
+               **settings["bwd_chunk"])
         if channel:
             launch(pair_grads_kernel, flat_grid(NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
-                   K=K, BT=CHUNK, BC=PAIR_BLOCK, BK=BK, num_warps=num_warps, FP32_DOT=modes["FP32_DOT"],
-                   GATE_GRAD=per_channel)
+                   K=K, BT=CHUNK, BC=PAIR_BLOCK, BK=BK, FP32_DOT=modes["FP32_DOT"], GATE_GRAD=per_channel,
+                   **settings["pairs"])
             if g is not None and not per_channel:
                 dg = (dg.sum(-1) + scalar_pair_gate_grad(dAqk, Aqk, CHUNK)
                       + scalar_pair_gate_grad(dAkk, Akk, CHUNK))
