@@ -95,11 +95,14 @@ def distinct(records: list[dict]) -> list[dict]:
     return result
 
 
-def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200) -> list[dict]:
-    """Compile each record for sm_<arch> in a fresh process; one {name, ok, error} per record."""
+def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200,
+                    resources: bool = False) -> list[dict]:
+    """Compile each record for sm_<arch> in a fresh process; one {name, ok, error} per record, with
+    resources also {registers, spill_stores, spill_loads} (bytes per thread) from ptxas."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "-m", "tests.gpu_compile", str(arch)], input=json.dumps(records),
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    command = [sys.executable, "-m", "tests.gpu_compile", str(arch)] + (["resources"] if resources else [])
+    proc = subprocess.run(command, input=json.dumps(records), capture_output=True, text=True, env=env,
+                          timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"the compile process failed: {proc.stderr[-3000:]}")
     return json.loads(proc.stdout)
@@ -115,7 +118,23 @@ def _chain(exc: BaseException) -> str:
     return "\n caused by ".join(parts)
 
 
-def _compile_main(arch: int):
+def _resources(ptx: str, arch: int) -> dict:
+    """ptxas' register and spill counts of a compiled kernel's PTX (sm_<arch>a)."""
+    import re
+    import tempfile
+    from triton.backends.nvidia.compiler import get_ptxas
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        proc = subprocess.run([get_ptxas(arch).path, "--gpu-name", f"sm_{arch}a", "-v", f.name, "-o", os.devnull],
+                              capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, text)) else None
+    return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
+            "spill_loads": number(r"(\d+) bytes spill loads")}
+
+
+def _compile_main(arch: int, resources: bool = False):
     import triton
     from triton.backends.compiler import GPUTarget
     records = json.loads(sys.stdin.read())
@@ -126,12 +145,14 @@ def _compile_main(arch: int):
         constexprs = {k: _decode(v) for k, v in rec["constexprs"].items()}
         src = triton.compiler.ASTSource(fn=fn, signature=rec["signature"], constexprs=constexprs)
         try:
-            shared = triton.compile(src, target=target, options=rec["options"]).metadata.shared
+            compiled = triton.compile(src, target=target, options=rec["options"])
+            shared = compiled.metadata.shared
             limit = SHARED_MEMORY_LIMIT[arch]
             error = (f"OutOfResources: needs {shared} bytes of shared memory, sm_{arch} has {limit}"
                      if shared > limit else "")
             results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
-                            "constexprs": rec["constexprs"]})
+                            "constexprs": rec["constexprs"], "options": rec["options"],
+                            **(_resources(compiled.asm["ptx"], arch) if resources else {})})
         except Exception as exc:  # every failure is reported, the others still compile
             results.append({"name": rec["name"], "ok": False, "error": _chain(exc),
                             "constexprs": rec["constexprs"]})
@@ -139,4 +160,4 @@ def _compile_main(arch: int):
 
 
 if __name__ == "__main__":
-    _compile_main(int(sys.argv[1]))
+    _compile_main(int(sys.argv[1]), "resources" in sys.argv[2:])

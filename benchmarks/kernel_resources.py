@@ -1,0 +1,51 @@
+"""Registers and spills of every kernel an op's variants launch, compiled for Hopper (sm_90a) on
+the CPU, no GPU needed. A kernel at the 255-register ceiling spills its tiles to local memory,
+and the spills are where its time goes (benchmarks/tuning.md, 2026-11-27).
+
+    python -m benchmarks.kernel_resources --op delta_rule,kda --variant chunk --dtype bf16 --K 128 --V 128
+
+Launches are recorded under the interpreter as the sm_90 compile test records them
+(tests/gpu_compile.py), then each distinct specialisation is compiled and ptxas reports it:
+registers, spill stores and loads (bytes per thread), shared memory (bytes per block).
+"""
+import argparse
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton: launches are recorded, not run
+
+import torch  # noqa: E402
+
+from harness.cases import Case  # noqa: E402
+from harness.execution import execute  # noqa: E402
+from harness.inputs import make_inputs  # noqa: E402
+from harness.registry import OPS  # noqa: E402
+from tests.gpu_compile import compile_records, distinct, recording_launches  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", required=True, help="op(s), comma-separated")
+    parser.add_argument("--variant", help="variants (default: all of the op)")
+    parser.add_argument("--dtype", default="bf16")
+    parser.add_argument("--T", type=int, default=130)
+    parser.add_argument("--K", type=int, default=128)
+    parser.add_argument("--V", type=int, default=128)
+    parser.add_argument("--M", type=int, default=64, help="slots per head (gsa)")
+    args = parser.parse_args()
+    print("op variant kernel num_warps num_stages registers spill_stores spill_loads shared")
+    for op in args.op.split(","):
+        spec = OPS[op]
+        for variant in args.variant.split(",") if args.variant else spec.variants:
+            case = Case(op=op, dtype=args.dtype, B=1, T=args.T, H=2, K=args.K, V=args.V, h0="grad",
+                        gate="normal", seed=0, **{s: args.M for s in spec.symbols})
+            with recording_launches() as records:
+                execute(spec.variant_fn(variant), spec, case, make_inputs(spec, case, torch.device("cpu")))
+            for r in compile_records(distinct(records), resources=True):
+                options = r.get("options", {})
+                print(op, variant, r["name"], options.get("num_warps"), options.get("num_stages"),
+                      r.get("registers"), r.get("spill_stores"), r.get("spill_loads"), r.get("shared"),
+                      "" if r["ok"] else r["error"].splitlines()[0], flush=True)
+
+
+if __name__ == "__main__":
+    main()
