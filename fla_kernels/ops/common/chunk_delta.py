@@ -37,7 +37,9 @@ Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, run on 
   load, came out wrong (dk, dbeta off by 30-90 %); the V-loop's products take unscaled operands
   and beta scales the sum once after the loop.
 - 16-wide V-blocks with 8 warps addressed shared memory out of range in the forward walk
-  (compute-sanitizer) or gave wrong results; V-blocks are 32 wide at every V.
+  (compute-sanitizer) or gave wrong results; V-blocks are 32 wide (64 in the per-channel walks).
+- The same on the H200 with 8 warps over 16-wide key tiles (K = 16) in the backward's chunk
+  kernel: a lost context or dq, dk, dbeta 30-80 x their bounds; below K = 128 it takes 4 warps.
 
 The gate gradient. dG_t, the gradient of the cumulative gate G_t, gathers every exp(G) factor:
 exp(G_t) of the state read by q_t and of Y_t, the pair factors Gamma_ts of Q K^T and of A
