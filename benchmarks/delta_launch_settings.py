@@ -1,62 +1,43 @@
 """Per-kernel device times of the chunked delta-rule kernels under launch settings (a GPU
-benchmark; the table in benchmarks/tuning.md, 2026-11-27, came from it).
+benchmark; the table in benchmarks/tuning.md, 2026-11-27, came from its first form, which drew
+unit keys, a sigmoid beta and weak decay by hand instead of the bench's inputs).
 
     python benchmarks/delta_launch_settings.py OP OUT.csv    (OP: delta_rule, gated_delta_rule, kda)
 
-At B=8, T=4096, H=16, K=V=128, bf16, one forward+backward is profiled per kernel (the torch
-profiler, `harness.kernel_profile`) first under `_settings`' own choice, then with every kernel of
+At the delta-rule issue's bench shape (B=8, T=4096, H=16, K=V=128, bf16, the bench's inputs), our
+chunk variant's forward+backward is profiled per kernel as `bench --kernels` does it
+(`harness.bench.kernel_rows`): first under `_settings`' own choice, then with every kernel of
 chunk_delta.py and chunk_pairs.py launched under one (V-block width, num_warps, num_stages). A
-kernel that does not compile under a setting runs under its own and is marked failed in the CSV.
+kernel that does not compile under a setting runs under its own and is marked failed.
 """
 import csv
 import sys
 
 import torch
-import torch.nn.functional as F
 
 from fla_kernels.ops.common import chunk_delta
-from fla_kernels.ops.delta_rule.chunk import chunk_delta_rule
-from fla_kernels.ops.gated_delta_rule.chunk import chunk_gated_delta_rule
-from fla_kernels.ops.kda.chunk import chunk_kda
-from harness.kernel_profile import device_events, per_pass
+from harness.bench import candidates, kernel_rows
+from harness.cases import Case
+from harness.inputs import make_inputs
+from harness.registry import OPS
+from reports.schema import SHAPE as AXES
 
 SETTINGS = ([(32, warps, stages) for warps in (4, 8, 16) for stages in (1, 2)]
             + [(64, warps, stages) for warps in (4, 8) for stages in (1, 2)])
-B, T, H, K, V = 8, 4096, 16, 128, 128
-
-
-def inputs(device="cuda", dtype=torch.bfloat16):
-    """Unit keys, beta from a sigmoid, weak decay: the inputs layers give these kernels."""
-    torch.manual_seed(0)
-    return dict(
-        q=torch.randn(B, T, H, K, device=device, dtype=dtype, requires_grad=True),
-        k=F.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(dtype).requires_grad_(),
-        v=torch.randn(B, T, H, V, device=device, dtype=dtype, requires_grad=True),
-        beta=torch.randn(B, T, H, device=device).sigmoid().to(dtype).requires_grad_(),
-        g=(-0.1 * torch.rand(B, T, H, device=device)).requires_grad_(),
-        gk=(-0.1 * torch.rand(B, T, H, K, device=device)).requires_grad_(),
-        do=torch.randn(B, T, H, V, device=device, dtype=dtype))
-
-
-def step_of(op: str, x: dict):
-    """One forward+backward of `op` on x."""
-    def step():
-        if op == "delta_rule":
-            o, _ = chunk_delta_rule(x["q"], x["k"], x["v"], x["beta"])
-        elif op == "gated_delta_rule":
-            o, _ = chunk_gated_delta_rule(x["q"], x["k"], x["v"], x["g"], x["beta"])
-        else:
-            o, _ = chunk_kda(x["q"], x["k"], x["v"], x["gk"], x["beta"])
-        o.backward(x["do"])
-    return step
+SHAPE = dict(B=8, T=4096, H=16, K=128, V=128)
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def main(op: str, out: str):
-    step = step_of(op, inputs())
+    spec = OPS[op]
+    dims = {axis: SHAPE.get(axis, 0) if axis in spec.used_symbols() else 0 for axis in AXES}
+    case = Case(op=op, dtype="bf16", h0="none", gate="normal", seed=0, **dims)
+    (ours,) = candidates(spec, ["chunk"], ["ours"])
+    inputs = make_inputs(spec, case, DEVICE)
     own_settings, own_launch = chunk_delta._settings, chunk_delta.launch
     failed = set()
 
-    def launch_under(BV, warps, stages):
+    def launch_under(warps, stages):
         def launch(kernel, grid, *args, **kwargs):
             try:
                 return own_launch(kernel, grid, *args, **{**kwargs, "num_warps": warps, "num_stages": stages})
@@ -79,10 +60,9 @@ def main(op: str, out: str):
             if setting is None:
                 chunk_delta._settings, chunk_delta.launch = own_settings, own_launch
             else:
-                chunk_delta._settings = settings_under(setting[0])
-                chunk_delta.launch = launch_under(*setting)
+                chunk_delta._settings, chunk_delta.launch = settings_under(setting[0]), launch_under(*setting[1:])
             label = setting or ("own", "own", "own")
-            for row in per_pass(device_events(step)):
+            for row in kernel_rows(ours, inputs):
                 writer.writerow([op, *label, row["kernel"][:60], f"{row['ms']:.4f}", row["kernel"] in failed])
             f.flush()
             print(op, label, "failed:", sorted(failed), flush=True)

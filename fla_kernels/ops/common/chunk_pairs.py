@@ -66,47 +66,35 @@ def decay(x):
 
 
 @triton.jit
-def _pair_sums(Dx, Dy, x, y, x_ptr, y_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexpr,
-               BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr,
-               COLUMNS: tl.constexpr, SAME: tl.constexpr):
-    """Two [BT, BK] sums over one chunk's pairs, sharing their decays (and, with SAME, x = y, their
-    rows): for D [BT, BT] lower and x [BT, BK] the chunk's rows of x_ptr [B, T, H, K] (gathered
-    again for the blocks' own pairs), G their cumulative gates, at row t the sum over s < t of
+def _pair_sums(Dx, x, x_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+               BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr, COLUMNS: tl.constexpr):
+    """[BT, BK] for D [BT, BT] lower and x [BT, BK] the chunk's rows of x_ptr [B, T, H, K] (gathered
+    again for the blocks' own pairs), G their cumulative gates; at row t, the sum over s < t of
     D_ts x_s exp(G_t - G_s) (Dx = D); with COLUMNS, at row s the sum over t > s of D_ts x_t
-    exp(G_t - G_s) (Dx = D^T); the same of Dy, y. Either way the reference row e of block boundary
-    m is the last before it, and every exponent is <= 0."""
+    exp(G_t - G_s) (Dx = D^T). Either way the reference row e of block boundary m is the last
+    before it, and every exponent is <= 0."""
     sign = -1.0 if COLUMNS else 1.0
     r = tl.arange(0, BT)
-    acc_x = tl.zeros([BT, BK], dtype=tl.float32)
-    acc_y = tl.zeros([BT, BK], dtype=tl.float32)
+    acc = tl.zeros([BT, BK], dtype=tl.float32)
     for m in tl.static_range(1, BT // BC):
         G_e = cumgate_row(gc, base, c0 + m * BC - 1, T, H, K, BK)
         if COLUMNS:
             others, own = r >= m * BC, (r // BC) == m - 1
         else:
             others, own = r < m * BC, (r // BC) == m
-        to_e = decay(sign * (G_e[None, :] - G))
-        from_e = decay(sign * (G - G_e[None, :]))
-        other_x = tl.where(others[:, None], x * to_e, 0.0)
-        other_y = other_x if SAME else tl.where(others[:, None], y * to_e, 0.0)
-        part_x = mma_split(tl.where(own[:, None], Dx, 0.0), other_x, FP32_DOT)
-        part_y = mma_split(tl.where(own[:, None], Dy, 0.0), other_y, FP32_DOT)
-        acc_x += tl.where(own[:, None], part_x * from_e, 0.0)
-        acc_y += tl.where(own[:, None], part_y * from_e, 0.0)
+        other = tl.where(others[:, None], x * decay(sign * (G_e[None, :] - G)), 0.0)
+        part = mma_split(tl.where(own[:, None], Dx, 0.0), other, FP32_DOT)
+        acc += tl.where(own[:, None], part * decay(sign * (G - G_e[None, :])), 0.0)
     first = (r // BC) * BC
     for j in range(BC):
         src = first + j
         m_src = (c0 + src) < T
         x_j = gather_rows(x_ptr, base, c0 + src, m_src, H, K, BK, 0)
-        y_j = x_j if SAME else gather_rows(y_ptr, base, c0 + src, m_src, H, K, BK, 0)
-        dec = decay(sign * (G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK)))
-        at = r[None, :] == src[:, None]
-        inside = (r % BC < j) if COLUMNS else (r % BC > j)
-        d_x = tl.where(inside, tl.sum(tl.where(at, Dx, 0.0), axis=1), 0.0)
-        d_y = tl.where(inside, tl.sum(tl.where(at, Dy, 0.0), axis=1), 0.0)
-        acc_x += d_x[:, None] * x_j * dec
-        acc_y += d_y[:, None] * y_j * dec
-    return acc_x, acc_y
+        G_j = cumgate_rows(gc, base, c0 + src, m_src, H, K, BK)
+        d = tl.sum(tl.where(r[None, :] == src[:, None], Dx, 0.0), axis=1)
+        d = tl.where((r % BC < j) if COLUMNS else (r % BC > j), d, 0.0)
+        acc += d[:, None] * x_j * decay(sign * (G - G_j))
+    return acc
 
 
 @triton.jit
@@ -164,10 +152,10 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     b_E = load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Dt = load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Et = load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
-    rq, rk = _pair_sums(b_D, b_E, b_k, b_k, k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT,
-                        False, True)
-    cq, ck = _pair_sums(b_Dt, b_Et, b_q, b_k, q, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT,
-                        True, False)
+    rq = _pair_sums(b_D, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False)
+    rk = _pair_sums(b_E, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False)
+    cq = _pair_sums(b_Dt, b_q, q, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True)
+    ck = _pair_sums(b_Et, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True)
     dd = tl.sum(tl.where(r[:, None] == r[None, :], b_D, 0.0), axis=1)[:, None]
     b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, 0) + rq + dd * b_k
     b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, 0) + rk + cq + ck + dd * b_q
