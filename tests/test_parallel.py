@@ -141,12 +141,23 @@ def test_a_bad_shard_is_one_line_and_exit_2(toy, text, capsys):
 
 
 def test_each_gate_sweep_sees_one_gpu_in_turn(monkeypatch, tmp_path):
-    """Four op sweeps on two GPUs, two at a time: each process sees one of them."""
+    """Four op sweeps on two GPUs, two at a time: the two in flight always see different GPUs.
+    Each fake sweep waits for its partner, so the pairs are in flight together whatever the
+    threads' timing (a sweep that ends before the next starts could otherwise take its GPU again)."""
+    import threading
     monkeypatch.setattr(parallel, "visible_gpus", lambda: ["3", "5"])
-    seen = []
+    both_in_flight = threading.Barrier(2, timeout=30)
+    seen, in_flight, lock = [], set(), threading.Lock()
 
     def run(command, env, **kwargs):
-        seen.append(env[parallel.DEVICES])
+        dev = env[parallel.DEVICES]
+        with lock:
+            assert dev not in in_flight, f"two sweeps on GPU {dev} at once"
+            in_flight.add(dev)
+            seen.append(dev)
+        both_in_flight.wait()
+        with lock:
+            in_flight.discard(dev)
         return subprocess.CompletedProcess(command, 0)
     monkeypatch.setattr(gate.subprocess, "run", run)
     gate.run_sweeps(["a", "b", "c", "d"], [{}], tmp_path, jobs=2, echo=lambda *a, **k: None)
