@@ -152,11 +152,14 @@ def test_float32_beta_beside_bf16_inputs(variant):
 def test_chunk_kernels_at_every_block_shape(op):
     """The chunked kernels in bf16 against the float64 loop at head sizes that change their blocks
     and warps: K in one block of 16 to 128, V in one to eight V-blocks (32 or, in kda's walks, 64
-    wide) under 4 or 8 warps (`_settings`). Triton 3.6 on the H100 miscompiled a sum over two or
-    more V blocks with 4 warps, and 16-wide V blocks with 8 warps (ops/common/chunk_delta.py). The
-    interpreter runs one shape with two V blocks; a GPU runs them all."""
+    wide) under 4 or 8 warps (`_settings`), K in the backward's per-chunk kernels in one or more
+    64-wide key blocks (K = 100: two, the second cut short). Triton 3.6 on the H100 miscompiled a
+    sum over two or more V blocks with 4 warps, and 16-wide V blocks with 8 warps
+    (ops/common/chunk_delta.py). The interpreter runs a shape with two V blocks and one with two
+    key blocks; a GPU runs them all."""
     spec = OPS[op]
-    shapes = [(16, 64)] if DEVICE == "cpu" else [(K, V) for K in (16, 32, 64, 128) for V in (16, 64, 256)]
+    shapes = ([(16, 64), (100, 16)] if DEVICE == "cpu"
+              else [(K, V) for K in (16, 32, 64, 100, 128) for V in (16, 64, 256)])
     for K, V in shapes:
         x = make_inputs(spec, 1, 70, 2, K, V, torch.bfloat16, "normal", True, seed=7)
         try:

@@ -12,7 +12,7 @@ precision), Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last
 With a gate per key channel, exp(G) scales each column of K and Q, exp(G_L) each row of h, and the
 pair products Gamma * K K^T and Gamma * Q K^T become sum_c k_tc k_sc exp(G_tc - G_sc) (and q's):
 `chunk_pairs.py` forms them (Akk, Aqk) before the prepare kernel and takes their gradients after
-the backward's chunk kernel; the kernels here read them instead of forming them.
+the backward's per-chunk kernels; the kernels here read them instead of forming them.
 Ti comes from `unit_lower_inverse`: 16-row diagonal blocks inverted by substitution, the blocks
 below them by block substitution, all in 16 x 16 products. Only the state walks cross
 chunks, and they carry the state alone (two products per chunk and V-block); everything else is
@@ -24,10 +24,12 @@ Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
           dh <- exp(G_L) dh + scale (diag(exp(G)) Q)^T do - w^T dU (dh0 after the first chunk).
-          `_bwd_chunk_kernel` then takes, per chunk, every input gradient from dU and dh:
-          dw = -dU h^T; through w = Ti Y and u = Ti X (Y = diag(beta exp(G)) K, X = diag(beta) V)
-          dY = Ti^T dw, dX = Ti^T dU, dTi = dw Y^T + dU X^T; dA = -Ti^T dTi Ti^T (strictly lower);
-          and the products of q and k with the states and with each other.
+          Two per-chunk kernels then take every input gradient from dU and dh, in two so that
+          neither holds more than two [BT, BK] accumulators (one kernel holding all spilled
+          3.5-7.5 KB a thread on Hopper): `_bwd_output_kernel` the products of q and k with the
+          states, do and each other (dq, dk's first part), `_bwd_wy_kernel` the rest through
+          dw = -dU h^T, w = Ti Y and u = Ti X (Y = diag(beta exp(G)) K, X = diag(beta) V):
+          dY = Ti^T dw, dX = Ti^T dU, dTi = dw Y^T + dU X^T, dA = -Ti^T dTi Ti^T (strictly lower).
 Two [BT, BT] products are needed transposed as well; each goes through per-chunk scratch and
 is read back transposed (`_transposed`), not `tl.trans` of a dot's result (one such product was
 miscompiled on Hopper, see DESIGN.md).
@@ -39,7 +41,8 @@ Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, run on 
 - 16-wide V-blocks with 8 warps addressed shared memory out of range in the forward walk
   (compute-sanitizer) or gave wrong results; V-blocks are 32 wide (64 in the per-channel walks).
 - The same on the H200 with 8 warps over 16-wide key tiles (K = 16) in the backward's chunk
-  kernel: a lost context or dq, dk, dbeta 30-80 x their bounds; below K = 128 it takes 4 warps.
+  kernel (before it was split in two): a lost context or dq, dk, dbeta 30-80 x their bounds;
+  below K = 128 the backward's per-chunk kernels take 4 warps.
 
 The gate gradient. dG_t, the gradient of the cumulative gate G_t, gathers every exp(G) factor:
 exp(G_t) of the state read by q_t and of Y_t, the pair factors Gamma_ts of Q K^T and of A
@@ -68,20 +71,23 @@ from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel,
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
-from fla_kernels.ops.common.tiles import (flat_program, initial_block, load_rows, load_rows_t,
-                                          load_state, store_rows, store_state)
+from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_rows,
+                                          load_rows_t, load_state, store_rows, store_state)
 from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.precision import product_settings, store_dtype
 
 CHUNK = 64   # tokens per chunk; `unit_lower_inverse` merges 16-row blocks up to it
 PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs.py)
 # past K = 128 the backward's chunk kernel with a scalar gate (or none), whose pair products it
-# forms itself, needs more shared memory than the H100 has (282,624 bytes at K = 256 against
-# 232,448): wider heads take the per-channel kernels, which form them in chunk_pairs.py, with the
-# gate in every channel; a scalar gate's gradient then takes the pairs' part from the pair
-# matrices (`scalar_pair_gate_grad`), not as a sum of K channels' parts, whose row and column
-# roundings do not cancel (dg summed over t 2.7 x its bound at K = 256 on the H100)
+# forms itself, needed more shared memory than the H100 has (282,624 bytes at K = 256 against
+# 232,448, when it was one kernel holding all of K): wider heads take the per-channel kernels,
+# which form them in chunk_pairs.py, with the gate in every channel; a scalar gate's gradient
+# then takes the pairs' part from the pair matrices (`scalar_pair_gate_grad`), not as a sum of
+# K channels' parts, whose row and column roundings do not cancel (dg summed over t 2.7 x its
+# bound at K = 256 on the H100)
 WIDEST_SCALAR_GATE = 128
+KEY_BLOCK = 64   # key columns a program of the backward's per-chunk kernels holds at a time
+PAIR_KEYS = 32   # key columns a program of `pair_grads_kernel` takes (each column's sums are its own)
 
 
 @triton.jit
@@ -167,21 +173,22 @@ def _store_vec(x, val, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
 
 @triton.jit
 def _gates(g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-           BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr):
-    """The decays of the chunk at c0, shaped to scale row tiles [BT, BK], their transposes
-    [BK, BT] and states [BK, BV]: (eG, eLG, eG_t, eLG_t, eL, Gamma, Gamma^T) float32 for exp(G),
-    exp(G_L - G), the same transposed, exp(G_L), and the pair decays exp(G_t - G_s) for s <= t
-    (zero above the diagonal). A scalar gate (GATED) gives [BT, 1] and [1, BT] columns from its
-    float64 chunk-local cumsum, a scalar eL and the pair decays; a gate per key channel (CHANNEL:
-    gc [B, T, H, K] its float64 cumsum) gives full tiles and eL [BK, 1], its pairs being the
-    pair matrices themselves (chunk_pairs.py), so Gamma is the mask alone; no gate gives ones."""
+           BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr, i_k=0):
+    """The decays of the chunk at c0, shaped to scale row tiles [BT, BK] (key columns i_k*BK..
+    with a gate per channel), their transposes [BK, BT] and states [BK, BV]: (eG, eLG, eG_t,
+    eLG_t, eL, Gamma, Gamma^T) float32 for exp(G), exp(G_L - G), the same transposed, exp(G_L),
+    and the pair decays exp(G_t - G_s) for s <= t (zero above the diagonal). A scalar gate
+    (GATED) gives [BT, 1] and [1, BT] columns from its float64 chunk-local cumsum, a scalar eL
+    and the pair decays; a gate per key channel (CHANNEL: gc [B, T, H, K] its float64 cumsum)
+    gives full tiles and eL [BK, 1], its pairs being the pair matrices themselves
+    (chunk_pairs.py), so Gamma is the mask alone; no gate gives ones."""
     o = tl.arange(0, BT)
     lower = o[:, None] >= o[None, :]
     if CHANNEL:
         t = c0 + o
-        b_G = cumgate_rows(gc, row * K, t, t < T, H, K, BK)
-        b_Gt = cumgate_cols(gc, row * K, t, t < T, H, K, BK)
-        b_GL = cumgate_row(gc, row * K, tl.minimum(c0 + BT, T) - 1, T, H, K, BK)
+        b_G = cumgate_rows(gc, row * K, t, t < T, H, K, BK, i_k)
+        b_Gt = cumgate_cols(gc, row * K, t, t < T, H, K, BK, i_k)
+        b_GL = cumgate_row(gc, row * K, tl.minimum(c0 + BT, T) - 1, T, H, K, BK, i_k)
         eG = tl.exp(b_G.to(tl.float32))
         eLG = decay(b_GL[None, :] - b_G)
         eG_t = tl.exp(b_Gt.to(tl.float32))
@@ -359,67 +366,57 @@ def _bwd_walk_kernel(q, k, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, sc
 
 
 @triton.jit
-def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr):
+def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr, NB: tl.constexpr = 1,
+                i_b=0):
     """b_x^T of a [BT, BT] tile, through the program's own rows of the scratch `pairs`
-    [B, T, H, BT]: stored, then read back transposed (rows past T read as zero), with a barrier
-    on each side (the previous read-back must be done before the store overwrites it)."""
+    [B, T, H, NB * BT] (block i_b of them: programs of one chunk each take their own): stored,
+    then read back transposed (rows past T read as zero), with a barrier on each side (the
+    previous read-back must be done before the store overwrites it)."""
     tl.debug_barrier()
-    store_rows(pairs, b_x, row * BT, c0, T, H, BT, BT, BT, 0)
+    store_rows(pairs, b_x, row * (NB * BT), c0, T, H, NB * BT, BT, BT, i_b)
     tl.debug_barrier()
-    return load_rows_t(pairs, row * BT, c0, T, H, BT, BT, BT, 0)
+    return load_rows_t(pairs, row * (NB * BT), c0, T, H, NB * BT, BT, BT, i_b)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_chunk_kernel(q, k, v, beta, g, gc, Akk, Ai, states, vnew, do, dhs, dvnew, pairs, dAqk, dAkk,
-                      dq, dk, dv, dbeta, dg, scale, T, NT, H: tl.constexpr, K: tl.constexpr,
-                      V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                      GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
-                      OPERAND_DTYPE: tl.constexpr):
-    """Per chunk: dq, dk [B, T, H, K], dv [B, T, H, V], dbeta and (GATED) dg [B, T, H]; `pairs`
-    [B, T, H, BT] float32 is scratch for the two transposes (`_transposed`). With CHANNEL the pair
-    matrices' parts are left to `pair_grads_kernel`: this stores their gradients dAqk, dAkk
-    [B, T, H, BT] and, in dg [B, T, H, K] float32, the gradient of the cumulative gate G so far."""
-    i_c, i_b, i_h, row = _chunk_program(T, H, BT)
+def _bwd_output_kernel(q, k, g, gc, states, vnew, do, dhs, dvnew, pairs, dAqk, dq, dk, dw, dg, dgk,
+                       scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                       BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
+                       CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per chunk and block of BK key columns, the products of q and k with the states, do and
+    each other: dq [B, T, H, K] whole (with CHANNEL less the pairs' part, left to
+    `pair_grads_kernel` through dAqk), dw = -dU h^T and the first parts of dk [B, T, H, K] and of
+    the gate's gradient, float32, which `_bwd_wy_kernel` completes: per channel in dg
+    [B, T, H, K], or per row and key block in dgk [B, T, H, key blocks] for a scalar gate.
+    `pairs` [B, T, H, key blocks * BT] is the transposes' scratch."""
+    NK: tl.constexpr = (K + BK - 1) // BK
+    i_k, i_c, _, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
     o = tl.arange(0, BT)
     strict = o[:, None] > o[None, :]
     last = tl.minimum(T - c0, BT) - 1
-    b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
-    b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
-    b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
-    b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
-    b_beta = _vec(beta, row, c0, T, H, BT)
     eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
-                                                  CHANNEL)
-
+                                                  CHANNEL, i_k)
     b_dqh = tl.zeros([BT, BK], dtype=tl.float32)    # do h^T
     b_dkh = tl.zeros([BT, BK], dtype=tl.float32)    # U dh^T
     b_dw = tl.zeros([BT, BK], dtype=tl.float32)     # -dU h^T
     b_ds = tl.zeros([BT, BT], dtype=tl.float32)     # do U^T
-    b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU V^T, then dU X^T
-    b_dbeta = tl.zeros([BT], dtype=tl.float32)
     b_bound = tl.zeros([BK], dtype=tl.float32)      # sum over V of h * dh
     for i_v in range(tl.cdiv(V, BV)):
-        b_ht = load_state(states, index, K, V, BK, BV, 0, i_v, True)
-        b_dht = load_state(dhs, index, K, V, BK, BV, 0, i_v, True)
+        b_ht = load_state(states, index, K, V, BK, BV, i_k, i_v, True)
+        b_dht = load_state(dhs, index, K, V, BK, BV, i_k, i_v, True)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_Ut = load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
-        b_vt = load_rows_t(v, row * V, c0, T, H, V, BT, BV, i_v)
         b_dqh += mma(b_do, b_ht, FP32_DOT, tl.float32)
         b_dkh += mma(b_U, b_dht, FP32_DOT, tl.float32)
-        b_dw -= mma(b_dU, b_ht, FP32_DOT, tl.float32)
-        b_ds += mma(b_do, b_Ut, FP32_DOT, tl.float32)
-        b_dT += mma(b_dU, b_vt, FP32_DOT, tl.float32)
-        b_dX = mma(b_Tt, b_dU, FP32_DOT, tl.float32)
-        store_rows(dv, b_dX * b_beta[:, None], row * V, c0, T, H, V, BT, BV, i_v)
-        b_dbeta += tl.sum(b_dX * b_v, axis=1)
+        b_dw -= mma(load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v), b_ht, FP32_DOT, tl.float32)
+        b_ds += mma(b_do, load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT, tl.float32)
         b_bound += tl.sum(b_ht * b_dht, axis=0)
+    store_rows(dw, b_dw, row * K, c0, T, H, K, BT, BK, i_k)
 
-    b_dT = b_dT * b_beta[None, :]
+    b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, i_k)
+    b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
     b_dG = tl.zeros([BT], dtype=tl.float32)         # the scalar gate's
     # the state read by q: o += scale exp(G) q h
     b_dq = b_dqh * (eG * scale)
@@ -427,27 +424,80 @@ def _bwd_chunk_kernel(q, k, v, beta, g, gc, Akk, Ai, states, vnew, do, dhs, dvne
     # the pairs of o: scale Gamma * (Q K^T), read by U
     b_dqk = b_ds * gam * scale
     if CHANNEL:
-        store_rows(dAqk, b_dqk, row * BT, c0, T, H, BT, BT, BT, 0)
+        if i_k == 0:
+            store_rows(dAqk, b_dqk, row * BT, c0, T, H, BT, BT, BT, 0)
         b_dk = tl.zeros([BT, BK], dtype=tl.float32)
     else:
-        b_qk = mma(b_q, b_kt, FP32_DOT, OPERAND_DTYPE)
+        b_qk = mma(b_q, load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k), FP32_DOT, OPERAND_DTYPE)
         b_dq += mma(b_dqk, b_k, FP32_DOT, tl.float32)
-        b_dk = mma(_transposed(pairs, b_dqk, row, c0, T, H, BT), b_q, FP32_DOT, tl.float32)
-        b_z = tl.where(strict, b_dqk * b_qk, 0.0)
+        b_dk = mma(_transposed(pairs, b_dqk, row, c0, T, H, BT, NK, i_k), b_q, FP32_DOT, tl.float32)
+        b_z = tl.where(strict, b_dqk * b_qk, 0.0)    # this key block's part
         b_dG += tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+    store_rows(dq, b_dq, row * K, c0, T, H, K, BT, BK, i_k)
     # the write into the leaving state: exp(G_L - G_s) k_s^T U_s, and exp(G_L) h
     b_dk += b_dkh * eLG
+    store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
     b_y = tl.where((o < last)[:, None], b_dkh * b_k * eLG, 0.0)
     b_bound = tl.sum(eL * b_bound[:, None], axis=1) if CHANNEL else eL * b_bound
     b_dGt += tl.where((o == last)[:, None], (tl.sum(b_y, axis=0) + b_bound)[None, :], 0.0) - b_y
-    # w = Ti Y with Y = diag(beta) exp(G) K
-    b_bG = eG * b_beta[:, None]
-    b_dY = mma(b_Tt, b_dw, FP32_DOT, tl.float32)
-    b_dk += b_dY * b_bG
-    b_kdY = b_dY * b_k * eG
-    b_dbeta += tl.sum(b_kdY, axis=1)
-    b_dGt += b_kdY * b_beta[:, None]
-    b_dT += mma(b_dw, b_kt * (eG_t * b_beta[None, :]), FP32_DOT, tl.float32)
+    if CHANNEL:
+        store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, i_k)
+    elif GATED:
+        store_rows(dgk, (b_dG + tl.sum(b_dGt, axis=1))[:, None], row * NK, c0, T, H, NK, BT, 1, i_k)
+
+
+@triton.jit(do_not_specialize=["T"])
+def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, dbeta, dg, dgk, T,
+                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                   FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per chunk, the gradients through U = u - w h, u = Ti X and w = Ti Y: dv [B, T, H, V] and
+    dbeta [B, T, H] whole, the rest of dk (added to `_bwd_output_kernel`'s part, a block of BK
+    key columns at a time) and of the gate's gradient, dg then the chunk-local reverse cumsum of
+    dG for a scalar gate (with CHANNEL, dG so far, and the pairs' parts are left to
+    `pair_grads_kernel` through dAkk)."""
+    NK: tl.constexpr = (K + BK - 1) // BK
+    i_c, i_b, i_h, row = _chunk_program(T, H, BT)
+    c0 = i_c * BT
+    o = tl.arange(0, BT)
+    strict = o[:, None] > o[None, :]
+    b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
+    b_beta = _vec(beta, row, c0, T, H, BT)
+    b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU V^T, then dU X^T
+    b_dbeta = tl.zeros([BT], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dT += mma(b_dU, load_rows_t(v, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT, tl.float32)
+        b_dX = mma(b_Tt, b_dU, FP32_DOT, tl.float32)
+        store_rows(dv, b_dX * b_beta[:, None], row * V, c0, T, H, V, BT, BV, i_v)
+        b_dbeta += tl.sum(b_dX * b_v, axis=1)
+    b_dT = b_dT * b_beta[None, :]
+
+    # w = Ti Y with Y = diag(beta) exp(G) K, a key block at a time
+    b_dG = tl.zeros([BT], dtype=tl.float32)         # the scalar gate's
+    if GATED and not CHANNEL:
+        b_dG += tl.sum(load_rows(dgk, row * NK, c0, T, H, NK, BT, NK, 0), axis=1)
+    b_kk = tl.zeros([BT, BT], dtype=tl.float32)     # K K^T without a gate per channel
+    for i_k in range(NK):
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL, i_k)
+        b_dw = load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k)
+        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
+        b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k)
+        b_dY = mma(b_Tt, b_dw, FP32_DOT, tl.float32)
+        b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (eG * b_beta[:, None])
+        store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
+        b_kdY = b_dY * b_k * eG
+        b_dbeta += tl.sum(b_kdY, axis=1)
+        if CHANNEL:
+            b_dGt = load_rows(dg, row * K, c0, T, H, K, BT, BK, i_k) + b_kdY * b_beta[:, None]
+            store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, i_k)
+        else:
+            b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
+            b_kk += mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE)
+        b_dT += mma(b_dw, b_kt * (eG_t * b_beta[None, :]), FP32_DOT, tl.float32)
+
     # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) (Gamma * K K^T)); Akk with CHANNEL. The
     # solve's gradient in IEEE fp32, as the solve: with beta near 1, Ti's entries grow along the
     # chunk, and tf32 operands here doubled kda's dbeta error (fp16, K = 100, strong decay)
@@ -456,41 +506,43 @@ def _bwd_chunk_kernel(q, k, v, beta, g, gc, Akk, Ai, states, vnew, do, dhs, dvne
     if CHANNEL:
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
-        b_kk = mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE) * gam
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
+        b_kk = b_kk * gam
     b_r = b_dA * b_kk
     b_dbeta += tl.sum(b_r, axis=1)
+    _store_vec(dbeta, b_dbeta, row, c0, T, H, BT)
     b_dAk = b_dA * b_beta[:, None]
     if CHANNEL:
         store_rows(dAkk, b_dAk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
-        b_r = b_r * b_beta[:, None]
-        b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
+        if GATED:
+            b_r = b_r * b_beta[:, None]
+            b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
+            _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
         b_dAk = b_dAk * gam
-        b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32)
-        b_dk += mma(_transposed(pairs, b_dAk, row, c0, T, H, BT), b_k, FP32_DOT, tl.float32)
-
-    store_rows(dq, b_dq, row * K, c0, T, H, K, BT, BK, 0)
-    store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, 0)
-    _store_vec(dbeta, b_dbeta, row, c0, T, H, BT)
-    if CHANNEL:
-        store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, 0)
-    elif GATED:
-        b_dG += tl.sum(b_dGt, axis=1)
-        _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
+        b_dAkt = _transposed(pairs, b_dAk, row, c0, T, H, BT, NK, 0)
+        for i_k in range(NK):
+            b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
+            b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + mma(b_dAk, b_k, FP32_DOT, tl.float32)
+            b_dk += mma(b_dAkt, b_k, FP32_DOT, tl.float32)
+            store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
 
 
 def _settings(K, dtype, channel: bool) -> tuple:
-    """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest); per
-    kernel its V-block width BV and num_warps (and num_stages of the walks).
+    """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest; the
+    backward's per-chunk kernels take it KEY_BLOCK columns at a time); per kernel its V-block
+    width BV and num_warps (and num_stages of the walks).
 
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
     (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and the
     walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
     pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the backward's
-    chunk kernel and the pair kernels with 8 from K = 128. Narrower heads keep the settings the
-    GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory out of range or
-    gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 128 those kernels take 4,
-    and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the
+    chunk kernel (one kernel then, now `bwd_output` and `bwd_wy`, which keep its settings) and
+    the pair kernels with 8 from K = 128. Narrower heads keep the settings the GPU sweeps have
+    passed: 8 warps over 16-wide tiles addressed shared memory out of range or gave wrong
+    gradients on the H200 (Triton 3.6, K = 16), so below K = 128 those kernels take 4, and the
+    per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the
     shared memory, so the walks pipeline only 16-bit tiles of 64 <= K <= 128 (a per-channel
     backward walk not even then: out of shared memory at K = 128). V-blocks of the per-chunk
     kernels are 32 wide (see the module's note on Triton 3.6)."""
@@ -498,6 +550,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
     wide = BK >= 128
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
+    per_chunk_wide = dict(BV=32, num_warps=8 if wide else 4, num_stages=1)
+    pair_grads = dict(BK=min(BK, PAIR_KEYS), num_warps=8 if BK >= PAIR_KEYS else 4)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
@@ -506,8 +560,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
     else:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     return BK, dict(prepare=per_chunk, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
-                    bwd_walk=bwd_walk, bwd_chunk=dict(BV=32, num_warps=8 if wide else 4, num_stages=1),
-                    pairs=dict(num_warps=8 if wide else 4))
+                    bwd_walk=bwd_walk, bwd_output=per_chunk_wide, bwd_wy=per_chunk_wide,
+                    pairs=dict(num_warps=8 if wide else 4), pair_grads=pair_grads)
 
 
 def _every_channel(g, beta: torch.Tensor, K: int) -> torch.Tensor:
@@ -612,22 +666,29 @@ class ChunkDeltaFunction(torch.autograd.Function):
                dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
                VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
 
-        # with a gate per channel, the pair kernel adds to dq, dk and dG: float32 until then
+        # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
+        # kernel adds to dq, dk and dG); the per-chunk kernels take BKB key columns at a time
+        BKB = min(BK, KEY_BLOCK)
+        NK = triton.cdiv(K, BKB)
         dq = torch.empty(q.shape, dtype=torch.float32 if channel else store_dtype(q.dtype), device=q.device)
-        dk = torch.empty(k.shape, dtype=torch.float32 if channel else store_dtype(k.dtype), device=k.device)
+        dk, dw = torch.empty(k.shape, **f32), torch.empty(k.shape, **f32)
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
         per_channel = g is not None and g.dim() == 4
         dg = torch.empty(B, T, H, K, **f32) if channel else None if g is None else torch.empty(g.shape, **f32)
-        pairs = None if channel else torch.empty(B, T, H, CHUNK, **f32)
+        dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
+        pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
-        launch(_bwd_chunk_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, states, vnew, do,
-               dhs, dvnew, pairs, dAqk, dAkk, dq, dk, dv, dbeta, dg, ctx.scale, T, NT, **modes,
-               **settings["bwd_chunk"])
+        blocked = {**modes, "BK": BKB}
+        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, do, dhs, dvnew,
+               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, **blocked, **settings["bwd_output"])
+        launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk,
+               dk, dv, dbeta, dg, dgk, T, **blocked, **settings["bwd_wy"])
         if channel:
-            launch(pair_grads_kernel, flat_grid(NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
-                   K=K, BT=CHUNK, BC=PAIR_BLOCK, BK=BK, FP32_DOT=modes["FP32_DOT"], GATE_GRAD=per_channel,
-                   **settings["pairs"])
+            grads = settings["pair_grads"]
+            launch(pair_grads_kernel, flat_grid(triton.cdiv(K, grads["BK"]), NT, B * H), q, k, gc, dAqk,
+                   dAkk, dq, dk, dg, T, H=H, K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"],
+                   GATE_GRAD=per_channel, **grads)
             if g is not None and not per_channel:
                 dg = (dg.sum(-1) + scalar_pair_gate_grad(dAqk, Aqk, CHUNK)
                       + scalar_pair_gate_grad(dAkk, Akk, CHUNK))

@@ -13,7 +13,7 @@ Exponents are differences of the float64 cumsum, so they keep float32 precision 
 
 `pairs_kernel`: Akk = strictly_lower P(k, k), Aqk = lower P(q, k), float32 [B, T, H, BT].
 `pair_grads_kernel`: given D = dL/dAqk and E = dL/dAkk (lower, float32, from the backward's
-chunk kernel), adds their parts to dq, dk and (GATE_GRAD) dG, the gradient of G, in place:
+per-chunk kernels), adds their parts to dq, dk and (GATE_GRAD) dG, the gradient of G, in place:
     dq_t += sum_s D_ts k_s exp(G_t - G_s)         dk_s += sum_t D_ts q_t exp(G_t - G_s)
     dk_t += sum_s E_ts k_s exp(G_t - G_s)         dk_s += sum_t E_ts k_t exp(G_t - G_s)
     dG_t += a_t * (its row sum),                  dG_s -= b_s * (its column sum)
@@ -35,26 +35,26 @@ from fla_kernels.ops.common.tiles import gather_rows, head_program, load_rows, l
 
 
 @triton.jit
-def cumgate_rows(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
-    """[len(t), BK] float64 rows t of the cumulative gates gc [B, T, H, K] where m_t holds (zero
-    elsewhere)."""
-    d = tl.arange(0, BK)
+def cumgate_rows(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
+    """[len(t), BK] float64 rows t, columns i_k*BK.., of the cumulative gates gc [B, T, H, K]
+    where m_t holds (zero elsewhere)."""
+    d = i_k * BK + tl.arange(0, BK)
     offs = base + t.to(tl.int64)[:, None] * (H * K) + d[None, :]
     return tl.load(gc + offs, mask=m_t[:, None] & (d[None, :] < K), other=0).to(tl.float64)
 
 
 @triton.jit
-def cumgate_cols(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+def cumgate_cols(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
     """The same rows as `cumgate_rows`, read transposed: [BK, len(t)] float64."""
-    d = tl.arange(0, BK)
+    d = i_k * BK + tl.arange(0, BK)
     offs = base + t.to(tl.int64)[None, :] * (H * K) + d[:, None]
     return tl.load(gc + offs, mask=m_t[None, :] & (d[:, None] < K), other=0).to(tl.float64)
 
 
 @triton.jit
-def cumgate_row(gc, base, t, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
-    """[BK] float64 row t of gc [B, T, H, K] (zero past T)."""
-    d = tl.arange(0, BK)
+def cumgate_row(gc, base, t, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
+    """[BK] float64 row t, columns i_k*BK.., of gc [B, T, H, K] (zero past T)."""
+    d = i_k * BK + tl.arange(0, BK)
     m = d < tl.where(t < T, K, 0)
     return tl.load(gc + base + t.to(tl.int64) * (H * K) + d, mask=m, other=0).to(tl.float64)
 
@@ -67,17 +67,18 @@ def decay(x):
 
 @triton.jit
 def _pair_sums(Dx, x, x_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-               BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr, COLUMNS: tl.constexpr):
-    """[BT, BK] for D [BT, BT] lower and x [BT, BK] the chunk's rows of x_ptr [B, T, H, K] (gathered
-    again for the blocks' own pairs), G their cumulative gates; at row t, the sum over s < t of
-    D_ts x_s exp(G_t - G_s) (Dx = D); with COLUMNS, at row s the sum over t > s of D_ts x_t
-    exp(G_t - G_s) (Dx = D^T). Either way the reference row e of block boundary m is the last
-    before it, and every exponent is <= 0."""
+               BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr, COLUMNS: tl.constexpr,
+               i_k):
+    """[BT, BK] for D [BT, BT] lower and x [BT, BK] the chunk's rows of x_ptr [B, T, H, K] in key
+    columns i_k*BK.. (gathered again for the blocks' own pairs), G their cumulative gates; at row
+    t, the sum over s < t of D_ts x_s exp(G_t - G_s) (Dx = D); with COLUMNS, at row s the sum over
+    t > s of D_ts x_t exp(G_t - G_s) (Dx = D^T). Either way the reference row e of block
+    boundary m is the last before it, and every exponent is <= 0."""
     sign = -1.0 if COLUMNS else 1.0
     r = tl.arange(0, BT)
     acc = tl.zeros([BT, BK], dtype=tl.float32)
     for m in tl.static_range(1, BT // BC):
-        G_e = cumgate_row(gc, base, c0 + m * BC - 1, T, H, K, BK)
+        G_e = cumgate_row(gc, base, c0 + m * BC - 1, T, H, K, BK, i_k)
         if COLUMNS:
             others, own = r >= m * BC, (r // BC) == m - 1
         else:
@@ -89,8 +90,8 @@ def _pair_sums(Dx, x, x_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexp
     for j in range(BC):
         src = first + j
         m_src = (c0 + src) < T
-        x_j = gather_rows(x_ptr, base, c0 + src, m_src, H, K, BK, 0)
-        G_j = cumgate_rows(gc, base, c0 + src, m_src, H, K, BK)
+        x_j = gather_rows(x_ptr, base, c0 + src, m_src, H, K, BK, i_k)
+        G_j = cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k)
         d = tl.sum(tl.where(r[None, :] == src[:, None], Dx, 0.0), axis=1)
         d = tl.where((r % BC < j) if COLUMNS else (r % BC > j), d, 0.0)
         acc += d[:, None] * x_j * decay(sign * (G - G_j))
@@ -98,22 +99,23 @@ def _pair_sums(Dx, x, x_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexp
 
 
 @triton.jit
-def _chunk_tiles(q, k, gc, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
-    """(c0, row, base, q, k [BT, BK] float32, G [BT, BK] float64) of a per-chunk program on
-    flat_grid(chunks, B * H): its first row c0, row (tiles.head_program), base = row * K."""
-    i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
+def _chunk_tiles(q, k, gc, i_c, row, i_k, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                 BK: tl.constexpr):
+    """(c0, base, q, k [BT, BK] float32, G [BT, BK] float64) of chunk i_c of row (tiles.head_program)
+    in key columns i_k*BK..: its first row c0, base = row * K."""
     c0 = i_c * BT
     base = row * K
     t = c0 + tl.arange(0, BT)
-    return (c0, row, base, load_rows(q, base, c0, T, H, K, BT, BK, 0),
-            load_rows(k, base, c0, T, H, K, BT, BK, 0), cumgate_rows(gc, base, t, t < T, H, K, BK))
+    return (c0, base, load_rows(q, base, c0, T, H, K, BT, BK, i_k),
+            load_rows(k, base, c0, T, H, K, BT, BK, i_k), cumgate_rows(gc, base, t, t < T, H, K, BK, i_k))
 
 
 @triton.jit(do_not_specialize=["T"])
 def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                  BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
     """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32."""
-    c0, row, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, T, H, K, BT, BK)
+    i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
+    c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, 0, T, H, K, BT, BK)
     r = tl.arange(0, BT)
     t = c0 + r
     b_kt = load_rows_t(k, base, c0, T, H, K, BT, BK, 0)
@@ -144,26 +146,27 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: tl.constexpr,
                       BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr,
                       GATE_GRAD: tl.constexpr):
-    """Per chunk: adds the pair matrices' parts to dq, dk and (GATE_GRAD) dG [B, T, H, K] float32
-    in place."""
-    c0, row, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, T, H, K, BT, BK)
+    """Per chunk and block of BK key columns (each column's sums are its own): adds the pair
+    matrices' parts to dq, dk and (GATE_GRAD) dG [B, T, H, K] float32 in place."""
+    i_k, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
+    c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, i_k, T, H, K, BT, BK)
     r = tl.arange(0, BT)
     b_D = load_rows(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_E = load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Dt = load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Et = load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
-    rq = _pair_sums(b_D, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False)
-    rk = _pair_sums(b_E, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False)
-    cq = _pair_sums(b_Dt, b_q, q, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True)
-    ck = _pair_sums(b_Et, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True)
+    rq = _pair_sums(b_D, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False, i_k)
+    rk = _pair_sums(b_E, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False, i_k)
+    cq = _pair_sums(b_Dt, b_q, q, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True, i_k)
+    ck = _pair_sums(b_Et, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True, i_k)
     dd = tl.sum(tl.where(r[:, None] == r[None, :], b_D, 0.0), axis=1)[:, None]
-    b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, 0) + rq + dd * b_k
-    b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, 0) + rk + cq + ck + dd * b_q
-    store_rows(dq, b_dq, base, c0, T, H, K, BT, BK, 0)
-    store_rows(dk, b_dk, base, c0, T, H, K, BT, BK, 0)
+    b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, i_k) + rq + dd * b_k
+    b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rk + cq + ck + dd * b_q
+    store_rows(dq, b_dq, base, c0, T, H, K, BT, BK, i_k)
+    store_rows(dk, b_dk, base, c0, T, H, K, BT, BK, i_k)
     if GATE_GRAD:
-        b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, 0) + b_q * rq + b_k * (rk - cq - ck)
-        store_rows(dG, b_dG, base, c0, T, H, K, BT, BK, 0)
+        b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + b_q * rq + b_k * (rk - cq - ck)
+        store_rows(dG, b_dG, base, c0, T, H, K, BT, BK, i_k)
 
 
 def scalar_pair_gate_grad(dA: torch.Tensor, A: torch.Tensor, chunk: int) -> torch.Tensor:
