@@ -21,7 +21,6 @@ import inspect
 import re
 import sys
 
-from harness.declaration import load_function
 from harness.execution import RunFailed, describe_error
 from harness.registry import get_op
 
@@ -97,8 +96,31 @@ def fitted(fn, input_names: list[str]):
 
 def set_function(target: str, spec):
     """The 'module:function' of an implementation set, loaded and fitted to its release, as the
-    sweep and the bench call it."""
-    return fitted(load_function(target), [s.name for s in spec.inputs])
+    sweep and the bench call it. A release without the module or the function (kda before fla
+    0.4) lacks it: each case is a SKIP row saying so. A module there that fails to import is the
+    release's error: each case an ERROR row with it. Either way the sweep goes on."""
+    module_name, fn_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return _failing(target, f"{release(module_name.split('.')[0])} has no module {module_name}")
+        return _failing(target, f"{module_name} does not import: {describe_error(exc)}", "ERROR")
+    except Exception as exc:  # a release's module can fail on import with anything
+        return _failing(target, f"{module_name} does not import: {describe_error(exc)}", "ERROR")
+    if not callable(getattr(module, fn_name, None)):
+        return _failing(target, f"{release(module_name.split('.')[0])}'s {module_name} has no {fn_name}")
+    return fitted(module.__dict__[fn_name], [s.name for s in spec.inputs])
+
+
+def _failing(target: str, what: str, verdict: str = "SKIP"):
+    """A stand-in for `target` whose every call fails: a SKIP row saying the release lacks `what`,
+    or an ERROR row saying `what` went wrong."""
+    def call(*args, **kwargs):
+        raise _lacks(what) if verdict == "SKIP" else RunFailed(what, {})
+    call.__name__ = target.split(":")[1]
+    call.package_under_test = target.split(".")[0]
+    return call
 
 
 @functools.lru_cache(maxsize=None)

@@ -170,6 +170,24 @@ def test_asking_for_a_variant_fla_lacks_is_a_usage_error(stub_fla, tmp_path, cap
     assert "fla has none of the variants asked for of gla" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("broken,verdict,why", [
+    (False, "SKIP", "the release lacks what this case calls: fla 0.6.0 has no module fla.ops.kda"),
+    (True, "ERROR", "fla.ops.kda does not import: ValueError: key contains names that are not kernel arguments"),
+])
+def test_an_op_a_release_lacks_or_cannot_import_is_a_row_per_case(stub_fla, tmp_path, broken, verdict, why):
+    """kda before fla 0.4 has no module: every case a SKIP saying so; a module there that fails on
+    import (fla 0.4.2 under triton 3.9) is the release's error: every case an ERROR with it.
+    Either way the sweep runs on, as for any implementation."""
+    if broken:
+        kda = tmp_path / "fla" / "ops" / "kda"
+        kda.mkdir(parents=True)
+        (kda / "__init__.py").write_text("raise ValueError('key contains names that are not kernel arguments')\n")
+    code, rows = sweep(tmp_path, "kda", "--variant", "chunk")
+    assert code == (1 if broken else 0)
+    assert set(rows["verdict"]) == {verdict} and len(rows) >= 1
+    assert rows["message"].str.startswith(why).all(), rows["message"].iloc[0]
+
+
 def test_missing_fla_is_one_line_before_any_kernel(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "fla", None)  # import fla raises ImportError
     code = main(["sweep", "--op", "gla", "--impl", "fla", "--preset", "smoke",
