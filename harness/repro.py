@@ -19,7 +19,8 @@ from types import SimpleNamespace
 
 import torch
 
-from harness import allocations, cases, declaration, execution, goldens, inputs, metrics, packing, tolerance
+from harness import (allocations, cases, declaration, execution, goldens, inputs, interpreted_upstream, metrics,
+                     packing, tolerance)
 from harness.cases import (DTYPE_CHOICES, DTYPE_NAMES, EXTREME_GATE, GATES, H0_OPTIONS, MIXED_DTYPES,
                            OWN_SYMBOLS, Case)
 from reports.schema import SHAPE
@@ -48,6 +49,8 @@ _COPIED_METRICS = (metrics._max, metrics.half_ulp, metrics.first_bad_index, metr
                    metrics.nonfinite_counts, metrics.compare_to_golden, metrics._name, metrics._missing,
                    metrics._bound_sentence)
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
+# What lets an upstream kernel run in the interpreter without a GPU; copied for targets not ours.
+_COPIED_INTERPRETED = (interpreted_upstream.needed, interpreted_upstream.prepare, interpreted_upstream._untimed)
 # The case core: the declaration's types, the case, drawing the inputs, running an implementation
 # forward and backward, and the golden and baseline; the script builds SPEC and CASE from them.
 _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.OptionSpec, declaration.Symbol,
@@ -156,6 +159,9 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
         "tolerance_source": _sources(_COPIED_TOLERANCE),
         "metrics_source": _sources(_COPIED_METRICS),
         "allocations_source": _sources(_COPIED_ALLOCATIONS),
+        "interpreted_source": "" if target.startswith("fla_kernels.") else (
+            "\n# Upstream's autotuned, device-guarded calls in the interpreter (harness/interpreted_upstream.py)\n"
+            "import contextlib  # noqa: E402\n\n\n" + _sources(_COPIED_INTERPRETED) + "\n\nprepare()\n"),
         **_tensor_tables(spec, case),
     }
     text = string.Template(TEMPLATE).substitute(fields)
@@ -251,7 +257,7 @@ import torch.nn.functional as F
 if not torch.cuda.is_available():
     # Without a GPU, Triton kernels run in its CPU interpreter; the switch precedes their import.
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
+$interpreted_source
 from $target as function_under_test  # noqa: E402
 
 

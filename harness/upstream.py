@@ -21,6 +21,7 @@ import inspect
 import re
 import sys
 
+from harness import interpreted_upstream
 from harness.execution import RunFailed, describe_error
 from harness.registry import get_op
 
@@ -30,6 +31,7 @@ SETS = ("fla",)   # the sets an op may declare counterparts in (its declaration'
 def available(name: str) -> str:
     """'' when the set's package imports, else why not (one sentence)."""
     if name == "fla":
+        interpreted_upstream.prepare()
         try:
             importlib.import_module("fla.ops")
         except Exception as exc:  # an old fla can fail on import with anything
