@@ -86,8 +86,6 @@ PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs
 # K channels' parts, whose row and column roundings do not cancel (dg summed over t 2.7 x its
 # bound at K = 256 on the H100)
 WIDEST_SCALAR_GATE = 128
-KEY_BLOCK = 64   # key columns a program of the backward's per-chunk kernels holds at a time
-PAIR_KEYS = 32   # key columns a program of `pair_grads_kernel` takes (each column's sums are its own)
 
 
 @triton.jit
@@ -242,22 +240,30 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
                     GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
                     OPERAND_DTYPE: tl.constexpr):
     """Per chunk: Ti [B, T, H, BT] (in Ai, the solve's scratch), w [B, T, H, K] and
-    u [B, T, H, V], float32."""
+    u [B, T, H, V], float32; K is taken BK columns at a time."""
+    NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
-    b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
     b_beta = _vec(beta, row, c0, T, H, BT)
-    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
-                                                  CHANNEL)
     o = tl.arange(0, BT)
     if CHANNEL:
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
-        b_kk = mma(b_k, load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0), FP32_DOT, OPERAND_DTYPE) * gam
+        b_kk = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_k in range(NK):
+            b_kk += mma(load_rows(k, row * K, c0, T, H, K, BT, BK, i_k),
+                        load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k), FP32_DOT, OPERAND_DTYPE)
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
+        b_kk = b_kk * gam
     b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_kk * b_beta[:, None], 0.0), Ai,
                              row * BT, c0, T, H, BT)
-    b_w = mma(b_T, b_k * (eG * b_beta[:, None]), FP32_DOT, tl.float32)
-    store_rows(w, b_w, row * K, c0, T, H, K, BT, BK, 0)
+    for i_k in range(NK):
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL, i_k)
+        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
+        store_rows(w, mma(b_T, b_k * (eG * b_beta[:, None]), FP32_DOT, tl.float32), row * K, c0, T, H,
+                   K, BT, BK, i_k)
     for i_v in range(tl.cdiv(V, BV)):
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
         store_rows(u, mma(b_T, b_v * b_beta[:, None], FP32_DOT, tl.float32), row * V, c0, T, H, V,
@@ -530,9 +536,11 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
 
 
 def _settings(K, dtype, channel: bool) -> tuple:
-    """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest; the
-    backward's per-chunk kernels take it KEY_BLOCK columns at a time); per kernel its V-block
-    width BV and num_warps (and num_stages of the walks).
+    """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest); per
+    kernel its V-block width BV and num_warps (and num_stages of the walks), and a key block BK
+    for those that take K a block at a time: 32 columns for the prepare kernel and the pair
+    gradients, 64 for the backward's per-chunk kernels (what spills least, compiled for sm_90a:
+    benchmarks/tuning.md).
 
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
     (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and the
@@ -550,8 +558,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
     wide = BK >= 128
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
-    per_chunk_wide = dict(BV=32, num_warps=8 if wide else 4, num_stages=1)
-    pair_grads = dict(BK=min(BK, PAIR_KEYS), num_warps=8 if BK >= PAIR_KEYS else 4)
+    bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if wide else 4, num_stages=1)
+    pair_grads = dict(BK=min(BK, 32), num_warps=8 if BK >= 32 else 4)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
@@ -559,8 +567,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
         bwd_walk = dict(BV=64, num_warps=8, num_stages=1)
     else:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
-    return BK, dict(prepare=per_chunk, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
-                    bwd_walk=bwd_walk, bwd_output=per_chunk_wide, bwd_wy=per_chunk_wide,
+    return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
+                    fwd_walk=fwd_walk, bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks,
                     pairs=dict(num_warps=8 if wide else 4), pair_grads=pair_grads)
 
 
@@ -623,8 +631,8 @@ class ChunkDeltaFunction(torch.autograd.Function):
                    BC=PAIR_BLOCK, BK=BK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
         Ai = torch.empty(B, T, H, CHUNK, **f32)
         w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
-        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T, **modes,
-               **settings["prepare"])
+        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T,
+               **{**modes, **settings["prepare"]})
 
         ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
         states = torch.empty(B, H, NT, K, V, **f32)
@@ -667,9 +675,8 @@ class ChunkDeltaFunction(torch.autograd.Function):
                VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
 
         # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
-        # kernel adds to dq, dk and dG); the per-chunk kernels take BKB key columns at a time
-        BKB = min(BK, KEY_BLOCK)
-        NK = triton.cdiv(K, BKB)
+        # kernel adds to dq, dk and dG); the per-chunk kernels take K a key block at a time
+        NK = triton.cdiv(K, settings["bwd_output"]["BK"])
         dq = torch.empty(q.shape, dtype=torch.float32 if channel else store_dtype(q.dtype), device=q.device)
         dk, dw = torch.empty(k.shape, **f32), torch.empty(k.shape, **f32)
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
@@ -679,11 +686,10 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
         pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
-        blocked = {**modes, "BK": BKB}
         launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, do, dhs, dvnew,
-               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, **blocked, **settings["bwd_output"])
+               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, **{**modes, **settings["bwd_output"]})
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk,
-               dk, dv, dbeta, dg, dgk, T, **blocked, **settings["bwd_wy"])
+               dk, dv, dbeta, dg, dgk, T, **{**modes, **settings["bwd_wy"]})
         if channel:
             grads = settings["pair_grads"]
             launch(pair_grads_kernel, flat_grid(triton.cdiv(K, grads["BK"]), NT, B * H), q, k, gc, dAqk,
