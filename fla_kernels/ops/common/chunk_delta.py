@@ -539,7 +539,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
     """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest); per
     kernel its V-block width BV and num_warps (and num_stages of the walks), and a key block BK
     for those that take K a block at a time: 32 columns for the prepare kernel and the pair
-    gradients, 64 for the backward's per-chunk kernels (what spills least, compiled for sm_90a:
+    kernels, 64 for the backward's per-chunk kernels (what spills least, compiled for sm_90a:
     benchmarks/tuning.md).
 
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
@@ -547,10 +547,11 @@ def _settings(K, dtype, channel: bool) -> tuple:
     walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
     pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the backward's
     chunk kernel (one kernel then, now `bwd_output` and `bwd_wy`, which keep its settings) and
-    the pair kernels with 8 from K = 128. Narrower heads keep the settings the GPU sweeps have
-    passed: 8 warps over 16-wide tiles addressed shared memory out of range or gave wrong
-    gradients on the H200 (Triton 3.6, K = 16), so below K = 128 those kernels take 4, and the
-    per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the
+    the pair kernels (then on all of K) with 8 from K = 128. Narrower heads keep the settings the
+    GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory out of range or
+    gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 128 the backward's
+    per-chunk kernels take 4, the pair kernels on their 32-column blocks 8 (fewest spills) but 4
+    on K = 16, and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the
     shared memory, so the walks pipeline only 16-bit tiles of 64 <= K <= 128 (a per-channel
     backward walk not even then: out of shared memory at K = 128). V-blocks of the per-chunk
     kernels are 32 wide (see the module's note on Triton 3.6)."""
@@ -559,7 +560,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
     bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if wide else 4, num_stages=1)
-    pair_grads = dict(BK=min(BK, 32), num_warps=8 if BK >= 32 else 4)
+    pair_blocks = dict(BK=min(BK, 32), num_warps=8 if BK >= 32 else 4)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
@@ -569,7 +570,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
                     fwd_walk=fwd_walk, bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks,
-                    pairs=dict(num_warps=8 if wide else 4), pair_grads=pair_grads)
+                    pairs=pair_blocks, pair_grads=pair_blocks)
 
 
 def _every_channel(g, beta: torch.Tensor, K: int) -> torch.Tensor:
@@ -628,7 +629,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
             gc = chunk_cumgate_channels(_every_channel(g, beta, K), CHUNK)
             Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
             launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
-                   BC=PAIR_BLOCK, BK=BK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
+                   BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
         Ai = torch.empty(B, T, H, CHUNK, **f32)
         w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
         launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T,

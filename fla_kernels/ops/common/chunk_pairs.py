@@ -113,31 +113,34 @@ def _chunk_tiles(q, k, gc, i_c, row, i_k, T, H: tl.constexpr, K: tl.constexpr, B
 @triton.jit(do_not_specialize=["T"])
 def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                  BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
-    """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32."""
+    """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32, summed over K a
+    block of BK key columns at a time."""
     i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
-    c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, 0, T, H, K, BT, BK)
     r = tl.arange(0, BT)
-    t = c0 + r
-    b_kt = load_rows_t(k, base, c0, T, H, K, BT, BK, 0)
-    b_Gt = cumgate_cols(gc, base, t, t < T, H, K, BK)
+    first = (r // BC) * BC
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)
     b_qk = tl.zeros([BT, BT], dtype=tl.float32)
-    for I in tl.static_range(1, BT // BC):
-        G_e = cumgate_row(gc, base, c0 + I * BC - 1, T, H, K, BK)
-        before = tl.where(r[None, :] < I * BC, b_kt * decay(G_e[:, None] - b_Gt), 0.0)
-        in_I = ((r // BC) == I)[:, None]
-        dec = decay(b_G - G_e[None, :])
-        b_kk += tl.where(in_I, mma_split(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT), 0.0)
-        b_qk += tl.where(in_I, mma_split(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT), 0.0)
-    first = (r // BC) * BC
-    for j in range(BC):
-        src = first + j
-        m_src = (c0 + src) < T
-        b_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, 0)
-        dec = b_j * decay(b_G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK))
-        at = r[None, :] == src[:, None]
-        b_kk += tl.where(at & (r % BC > j)[:, None], tl.sum(b_k * dec, axis=1)[:, None], 0.0)
-        b_qk += tl.where(at & (r % BC >= j)[:, None], tl.sum(b_q * dec, axis=1)[:, None], 0.0)
+    for i_k in range(tl.cdiv(K, BK)):
+        c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, i_k, T, H, K, BT, BK)
+        t = c0 + r
+        b_kt = load_rows_t(k, base, c0, T, H, K, BT, BK, i_k)
+        b_Gt = cumgate_cols(gc, base, t, t < T, H, K, BK, i_k)
+        for I in tl.static_range(1, BT // BC):
+            G_e = cumgate_row(gc, base, c0 + I * BC - 1, T, H, K, BK, i_k)
+            before = tl.where(r[None, :] < I * BC, b_kt * decay(G_e[:, None] - b_Gt), 0.0)
+            in_I = ((r // BC) == I)[:, None]
+            dec = decay(b_G - G_e[None, :])
+            b_kk += tl.where(in_I, mma_split(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT), 0.0)
+            b_qk += tl.where(in_I, mma_split(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT), 0.0)
+        for j in range(BC):
+            src = first + j
+            m_src = (c0 + src) < T
+            b_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
+            dec = b_j * decay(b_G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k))
+            at = r[None, :] == src[:, None]
+            b_kk += tl.where(at & (r % BC > j)[:, None], tl.sum(b_k * dec, axis=1)[:, None], 0.0)
+            b_qk += tl.where(at & (r % BC >= j)[:, None], tl.sum(b_q * dec, axis=1)[:, None], 0.0)
+    c0 = i_c * BT
     store_rows(Akk, b_kk, row * BT, c0, T, H, BT, BT, BT, 0)
     store_rows(Aqk, b_qk, row * BT, c0, T, H, BT, BT, BT, 0)
 
