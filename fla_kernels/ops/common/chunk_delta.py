@@ -530,8 +530,8 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         b_dAkt = _transposed(pairs, b_dAk, row, c0, T, H, BT, NK, 0)
         for i_k in range(NK):
             b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
-            b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + mma(b_dAk, b_k, FP32_DOT, tl.float32)
-            b_dk += mma(b_dAkt, b_k, FP32_DOT, tl.float32)
+            b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k)
+            b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32) + mma(b_dAkt, b_k, FP32_DOT, tl.float32)
             store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
 
 
@@ -551,10 +551,10 @@ def _settings(K, dtype, channel: bool) -> tuple:
     GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory out of range or
     gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 128 the backward's
     per-chunk kernels take 4, the pair kernels on their 32-column blocks 8 (fewest spills) but 4
-    on K = 16, and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the
-    shared memory, so the walks pipeline only 16-bit tiles of 64 <= K <= 128 (a per-channel
-    backward walk not even then: out of shared memory at K = 128). V-blocks of the per-chunk
-    kernels are 32 wide (see the module's note on Triton 3.6)."""
+    on K = 16, and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads
+    take twice the shared memory, so the walks pipeline only 16-bit tiles of 64 <= K <= 128 (a
+    per-channel backward walk not even then: out of shared memory at K = 128). V-blocks of the
+    per-chunk kernels are 32 wide (see the module's note on Triton 3.6)."""
     BK = max(16, triton.next_power_of_2(K))
     wide = BK >= 128
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
