@@ -188,6 +188,15 @@ def test_an_op_a_release_lacks_or_cannot_import_is_a_row_per_case(stub_fla, tmp_
     assert rows["message"].str.startswith(why).all(), rows["message"].iloc[0]
 
 
+def test_a_function_a_release_lacks_is_a_skip_per_case(stub_fla, tmp_path, monkeypatch):
+    """A release whose module has no function the op's declaration names (fla.ops.gla without
+    chunk_gla) lacks that variant: every case a SKIP saying so."""
+    monkeypatch.setattr(upstream, "targets", lambda name, op: {"chunk": "fla.ops.gla:chunk_gla_v2"})
+    code, rows = sweep(tmp_path, "gla", "--variant", "chunk")
+    assert code == 0 and set(rows["verdict"]) == {"SKIP"}
+    assert rows["message"].str.endswith("fla 0.6.0's fla.ops.gla has no chunk_gla_v2").all(), rows["message"].iloc[0]
+
+
 def test_missing_fla_is_one_line_before_any_kernel(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "fla", None)  # import fla raises ImportError
     code = main(["sweep", "--op", "gla", "--impl", "fla", "--preset", "smoke",
