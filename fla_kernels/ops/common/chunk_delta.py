@@ -216,12 +216,25 @@ def _gates(g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 
 
 @triton.jit
+def _key_block_decay(eG, eG_t, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
+                     BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                     i_k):
+    """(exp(G), its transpose) for key block i_k: `_gates`' eG, eG_t as given without a gate per
+    channel (the same at every block, so formed once), else formed for the block's columns."""
+    if CHANNEL:
+        kG, kLG, kG_t, kLG_t, kL, kgam, kgam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                        GATED, CHANNEL, i_k)
+    else:
+        kG, kG_t = eG, eG_t
+    return kG, kG_t
+
+
+@triton.jit
 def _chunk_program(T, H: tl.constexpr, BT: tl.constexpr):
     """(i_c, i_b, i_h, row) of a per-chunk program on flat_grid(NT, B * H): its chunk, batch,
-    head and row = i_b * T * H + i_h, the first row of (i_b, i_h) in a [B, T, H, D] tensor."""
-    i_c, _, i_bh = flat_program(tl.cdiv(T, BT), 1)
-    i_b, i_h = i_bh // H, i_bh % H
-    return i_c, i_b, i_h, i_b * T * H + i_h
+    head and first row (tiles.head_program)."""
+    i_c, _, _, i_b, i_h, row = head_program(T, H, tl.cdiv(T, BT), 1)
+    return i_c, i_b, i_h, row
 
 
 @triton.jit
@@ -246,6 +259,8 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
     c0 = i_c * BT
     b_beta = _vec(beta, row, c0, T, H, BT)
     o = tl.arange(0, BT)
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL)
     if CHANNEL:
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
@@ -253,16 +268,14 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
         for i_k in range(NK):
             b_kk += mma(load_rows(k, row * K, c0, T, H, K, BT, BK, i_k),
                         load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k), FP32_DOT, OPERAND_DTYPE)
-        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                                      GATED, CHANNEL)
         b_kk = b_kk * gam
     b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_kk * b_beta[:, None], 0.0), Ai,
                              row * BT, c0, T, H, BT)
     for i_k in range(NK):
-        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                                      GATED, CHANNEL, i_k)
+        kG, kG_t = _key_block_decay(eG, eG_t, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL,
+                                    i_k)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
-        store_rows(w, mma(b_T, b_k * (eG * b_beta[:, None]), FP32_DOT, tl.float32), row * K, c0, T, H,
+        store_rows(w, mma(b_T, b_k * (kG * b_beta[:, None]), FP32_DOT, tl.float32), row * K, c0, T, H,
                    K, BT, BK, i_k)
     for i_v in range(tl.cdiv(V, BV)):
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
@@ -373,15 +386,15 @@ def _bwd_walk_kernel(q, k, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, sc
 
 @triton.jit
 def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr, NB: tl.constexpr = 1,
-                i_b=0):
+                block=0):
     """b_x^T of a [BT, BT] tile, through the program's own rows of the scratch `pairs`
-    [B, T, H, NB * BT] (block i_b of them: programs of one chunk each take their own): stored,
+    [B, T, H, NB * BT] (its `block` of them: programs of one chunk each take their own): stored,
     then read back transposed (rows past T read as zero), with a barrier on each side (the
     previous read-back must be done before the store overwrites it)."""
     tl.debug_barrier()
-    store_rows(pairs, b_x, row * (NB * BT), c0, T, H, NB * BT, BT, BT, i_b)
+    store_rows(pairs, b_x, row * (NB * BT), c0, T, H, NB * BT, BT, BT, block)
     tl.debug_barrier()
-    return load_rows_t(pairs, row * (NB * BT), c0, T, H, NB * BT, BT, BT, i_b)
+    return load_rows_t(pairs, row * (NB * BT), c0, T, H, NB * BT, BT, BT, block)
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
@@ -469,6 +482,8 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
     strict = o[:, None] > o[None, :]
     b_Tt = load_rows_t(Ai, row * BT, c0, T, H, BT, BT, BT, 0)
     b_beta = _vec(beta, row, c0, T, H, BT)
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL)
     b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU V^T, then dU X^T
     b_dbeta = tl.zeros([BT], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
@@ -486,15 +501,15 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         b_dG += tl.sum(load_rows(dgk, row * NK, c0, T, H, NK, BT, NK, 0), axis=1)
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)     # K K^T without a gate per channel
     for i_k in range(NK):
-        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                                      GATED, CHANNEL, i_k)
+        kG, kG_t = _key_block_decay(eG, eG_t, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL,
+                                    i_k)
         b_dw = load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_dY = mma(b_Tt, b_dw, FP32_DOT, tl.float32)
-        b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (eG * b_beta[:, None])
+        b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (kG * b_beta[:, None])
         store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
-        b_kdY = b_dY * b_k * eG
+        b_kdY = b_dY * b_k * kG
         b_dbeta += tl.sum(b_kdY, axis=1)
         if CHANNEL:
             b_dGt = load_rows(dg, row * K, c0, T, H, K, BT, BK, i_k) + b_kdY * b_beta[:, None]
@@ -502,7 +517,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         else:
             b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
             b_kk += mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE)
-        b_dT += mma(b_dw, b_kt * (eG_t * b_beta[None, :]), FP32_DOT, tl.float32)
+        b_dT += mma(b_dw, b_kt * (kG_t * b_beta[None, :]), FP32_DOT, tl.float32)
 
     # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) (Gamma * K K^T)); Akk with CHANNEL. The
     # solve's gradient in IEEE fp32, as the solve: with beta near 1, Ti's entries grow along the
@@ -512,8 +527,6 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
     if CHANNEL:
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
-        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                                      GATED, CHANNEL)
         b_kk = b_kk * gam
     b_r = b_dA * b_kk
     b_dbeta += tl.sum(b_r, axis=1)
