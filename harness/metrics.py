@@ -6,6 +6,7 @@ import math
 import torch
 
 from harness.tolerance import Tolerance
+from reports.schema import CHANCE_SIGMAS
 
 
 def _max(x: torch.Tensor) -> float:
@@ -119,23 +120,20 @@ def _error_of_sum(y, gold, dims) -> float:
     return _max(err)
 
 
-SIGN_SIGMAS = 4.0   # how far past chance a sum's deviations may lean, in their root sum of squares
-
-
 def _chance_bounds(deviation, rounding, dims, bound: float, atol: float):
     """(bounds, leans): per sum of `dims`, its bound (the tensor's `bound`, or more where chance
     explains the sum) and how far its deviations lean one way, in their root sum of squares.
 
     A kernel's deviation from the golden rounded to its dtype, summed, is chance where it leans
-    one way by at most SIGN_SIGMAS times the root sum of squares of its terms (terms of random
-    sign rarely do more: Hoeffding gives 2 exp(-SIGN_SIGMAS^2 / 2)); such a sum may also be off
-    by the golden's rounding of it plus SIGN_SIGMAS spreads of fresh roundings (the root sum of
+    one way by at most CHANCE_SIGMAS times the root sum of squares of its terms (terms of random
+    sign rarely do more: Hoeffding gives 2 exp(-CHANCE_SIGMAS^2 / 2)); such a sum may also be off
+    by the golden's rounding of it plus CHANCE_SIGMAS spreads of fresh roundings (the root sum of
     squares of the golden's). On the H100 a gated delta rule dg summed over 8,192 tokens sat at
     1.02 x a bound whose drawn floor was a fraction of that spread. A sum that leans further
     keeps the baseline's bound, so errors of one sign fail as before."""
     leans = deviation.sum(dims).abs() / deviation.pow(2).sum(dims).sqrt().clamp(min=1e-300)
-    allowed = rounding.sum(dims).abs() + SIGN_SIGMAS * rounding.pow(2).sum(dims).sqrt() + atol
-    bounds = torch.where(leans <= SIGN_SIGMAS, allowed.clamp(min=bound), torch.full_like(allowed, bound))
+    allowed = rounding.sum(dims).abs() + CHANCE_SIGMAS * rounding.pow(2).sum(dims).sqrt() + atol
+    bounds = torch.where(leans <= CHANCE_SIGMAS, allowed.clamp(min=bound), torch.full_like(allowed, bound))
     return bounds, leans
 
 
@@ -152,8 +150,10 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
     their sums over tokens add up to (`_error_of_sum`). That floor is one draw of the roundings:
     a kernel's elements, a little off the golden's, round afresh, so a sum whose deviations from
     the rounded golden do not lean one way beyond chance is also allowed its floor plus
-    SIGN_SIGMAS spreads of such roundings (`_chance_bounds`). Nothing is compared where the
-    golden row already fails the tensor's shape or type, which its row reports."""
+    CHANCE_SIGMAS spreads of such roundings (`_chance_bounds`). Each row keeps its sums' spread
+    (reports/schema.py), the room the gate gives a sum that a kernel rounds in another order.
+    Nothing is compared where the golden row already fails the tensor's shape or type, which its
+    row reports."""
     if x is None or tuple(x.shape) != tuple(gold.shape) or not x.is_floating_point():
         return []
     rounded = gold.to(expected_dtype).to(torch.float64)
@@ -165,6 +165,8 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
         terms = math.prod(gold.shape[d] for d in dims)
         gold_sum = gold.sum(dims)
         x_sum = x.detach().to(torch.float64).sum(dims)
+        deviation = x.detach().to(torch.float64) - rounded
+        spread = _max(deviation.pow(2).sum(dims).sqrt())
         base_err = _error_of_sum(base.detach().to(torch.float64), gold, dims)
         sum_tol, floor = tol.of_sum(_error_of_sum(rounded, gold, dims), element_floor, terms)
         diff = (x_sum - gold_sum).abs()
@@ -173,8 +175,7 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
         bound = sum_tol.bound(base_err, floor)
         baseline_bound, lean = bound, math.nan
         if finite and err > bound:
-            bounds, leans = _chance_bounds(x.detach().to(torch.float64) - rounded, rounded - gold,
-                                           dims, bound, tol.atol)
+            bounds, leans = _chance_bounds(deviation, rounded - gold, dims, bound, tol.atol)
             over = torch.where(bounds > 0, diff / bounds.clamp(min=1e-300), (diff > 0) * math.inf)
             worst = int(torch.argmax(over))
             err, bound = diff.flatten()[worst].item(), bounds.flatten()[worst].item()
@@ -183,7 +184,8 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
         row = {"err": err, "rel": err / gold_max if gold_max else (0.0 if err == 0 else math.inf),
                "rms_rel": (diff.pow(2).mean().sqrt().item() / rms_gold if rms_gold else
                            (0.0 if err == 0 else math.inf)),
-               "base_err": base_err, "floor": floor, "atol": tol.atol, "bound": bound,
+               "base_err": base_err, "floor": floor, "spread": spread if finite else math.nan,
+               "atol": tol.atol, "bound": bound,
                "ratio": err / bound if bound else (0.0 if err == 0 else math.inf),
                "nan": 0, "inf": 0, "first_bad": "", "verdict": "PASS", "message": ""}
         if not math.isfinite(base_err) or not math.isfinite(floor):
@@ -195,10 +197,10 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
             names = "bh" if label == "t" else ""
             why = (_bound_sentence(err, sum_tol, base_err, floor, row["rel"]) if bound <= baseline_bound
                    else f"err {err:.3g} (rel {row['rel']:.3g}) > bound {bound:.3g}, the sum's own "
-                        f"rounding and {SIGN_SIGMAS:g} spreads of fresh ones")
-            if lean > SIGN_SIGMAS:
+                        f"rounding and {CHANCE_SIGMAS:g} spreads of fresh ones")
+            if lean > CHANCE_SIGMAS:
                 why += (f"; its deviations from the rounded golden lean one way, {lean:.3g} x their "
-                        f"root sum of squares (chance: up to {SIGN_SIGMAS:g})")
+                        f"root sum of squares (chance: up to {CHANCE_SIGMAS:g})")
             row.update(verdict="FAIL", first_bad=worst_index(diff, bool(names), names),
                        message=f"the sum over {label}: " + why)
         out.append((label, row))

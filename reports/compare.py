@@ -37,6 +37,7 @@ from .html import (_CSS, _JS, WRAP_COLUMNS, _cell, _e, _filters, _left_out, _num
 from .markdown import md_escape
 from .plots import png_data_uri
 from .results import _typed, fmt_num, run_meta
+from .schema import CHANCE_SIGMAS
 
 KEY = ("op", "case_id", "variant", "check", "tensor")
 GROUP = ("op", "case_id", "variant")  # one run of one implementation on one case
@@ -46,7 +47,7 @@ COMPARE_COLUMNS = (*KEY, "dtype", "T", "status", "verdict_baseline", "verdict_ca
                    "ratio_baseline", "ratio_candidate", "growth", "err_baseline", "err_candidate",
                    "bound_baseline", "bound_candidate", "impl_baseline", "impl_candidate", "message")
 _SETTINGS = ("growth_factor", "ratio_floor", "noise_roundings")   # of compare_runs, in table.attrs
-_SIDE = ("dtype", "T", "impl", "verdict", "ratio", "err", "floor", "atol", "bound", "message")
+_SIDE = ("dtype", "T", "impl", "verdict", "ratio", "err", "floor", "spread", "atol", "bound", "message")
 _NUMERIC = ("T", "ratio_baseline", "ratio_candidate", "growth", "err_baseline", "err_candidate",
             "bound_baseline", "bound_candidate")
 
@@ -124,9 +125,14 @@ def _why_missing(joined: pd.DataFrame, cand: pd.DataFrame) -> pd.Series:
 def _noise(j: pd.DataFrame, side: str, roundings: float) -> pd.Series:
     """The err/bound a correct kernel's numbers move by between machines, on one side's rows:
     `roundings` roundings of the golden in the tensor's dtype (its floor) plus the row's atol,
-    over its bound; 0 where the row has neither. (atol covers the tensors whose largest error
-    comes from cancelling terms much larger than the result, which move by many of its roundings.)"""
-    allowance = roundings * j[f"floor_{side}"].fillna(0.0) + j[f"atol_{side}"].fillna(0.0)
+    and for a sum CHANCE_SIGMAS of its spreads, over its bound; 0 where the row has none. (atol
+    covers the tensors whose largest error comes from cancelling terms much larger than the
+    result, which move by many of its roundings; a sum of thousands of elements is drawn afresh
+    when a kernel rounds them in another order, and one draw, the baseline's, may have been near
+    0: H100, delta_rule fp16, dbeta summed over 16,384 elements, err/bound 0.004 then 0.42 and
+    0.69 from two correct kernels.)"""
+    allowance = (roundings * j[f"floor_{side}"].fillna(0.0) + j[f"atol_{side}"].fillna(0.0)
+                 + CHANCE_SIGMAS * j[f"spread_{side}"].fillna(0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         noise = allowance / j[f"bound_{side}"]
     return noise.where(np.isfinite(noise), 0.0)
@@ -178,9 +184,9 @@ def compare_runs(candidate: pd.DataFrame, baseline: pd.DataFrame, growth_factor:
     PASS, candidate ratio > growth_factor * baseline ratio + the noise, and >= ratio_floor, so
     that noise on tiny ratios does not count), "fixed", "new" (only in the candidate), "shrank"
     (the same the other way), "same". The noise is what correct kernels' numbers move by between
-    machines: `noise_roundings` roundings of the golden (the row's floor) and its atol, over its
-    bound. Rows with no
-    ratio on either side ("inputs", "determinism") compare by verdict alone; a verdict other than
+    machines and between orders of rounding (`_noise`): `noise_roundings` roundings of the golden
+    (the row's floor), its atol and a sum's chance spreads, over its bound. Rows with no ratio on
+    either side ("inputs", "determinism") compare by verdict alone; a verdict other than
     PASS/FAIL/ERROR/SKIP counts as failing, as in `results.overall`. A baseline "run" row
     (the case errored or skipped) whose case the candidate ran counts as that case's verdict in
     the candidate (its rows are compared on their own), so a fixed crash is "fixed", not lost.

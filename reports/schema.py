@@ -13,12 +13,18 @@ RUN_COLUMNS = ("run_id", "device", "torch", "triton", "git")  # per-run metadata
 COLUMNS = [
     "run_id", "case_id", "op", "variant", "impl", "dtype", *SHAPE,
     "h0", "gate", "seed", "varlen", "option", "check", "tensor",
-    "err", "rel", "rms_rel", "base_err", "floor", "atol", "bound", "ratio",
+    "err", "rel", "rms_rel", "base_err", "floor", "spread", "atol", "bound", "ratio",
     "nan", "inf", "first_bad", "verdict", "message",
     "device", "torch", "triton", "git", "wall_s", "case_rows",
 ]
 INT_COLUMNS = (*SHAPE, "seed", "nan", "inf")
-FLOAT_COLUMNS = ("err", "rel", "rms_rel", "base_err", "floor", "atol", "bound", "ratio", "wall_s")
+FLOAT_COLUMNS = ("err", "rel", "rms_rel", "base_err", "floor", "spread", "atol", "bound", "ratio",
+                 "wall_s")
+# `spread` (aggregate rows): the root sum of squares of the kernel's deviations from the golden
+# rounded to its dtype over the summed elements, the largest over the sums. Errors of random sign
+# sum to at most CHANCE_SIGMAS spreads (Hoeffding: 2 exp(-CHANCE_SIGMAS^2 / 2)); a sum further
+# off leans one way. A kernel that rounds in another order draws its sums afresh within that.
+CHANCE_SIGMAS = 4.0
 
 # `check` values: "golden" compares a tensor with the float64 reference; "aggregate" compares a
 # gradient's sums over tokens (tensor "dw (sum over t)") and over batch, tokens and heads with the
@@ -42,10 +48,11 @@ FINAL_STATE_UNUSED = "final state not in the loss"
 
 # ----------------------------------------------------------------------------- baselines
 # Columns a baseline keeps: the row's identity, its numbers and verdict, and where it was made.
-# The floor (the golden's rounding in the tensor's dtype) and atol make the gate's noise model.
+# The floor (the golden's rounding in the tensor's dtype), atol and a sum's spread make the gate's
+# noise model.
 BASELINE_COLUMNS = ["run_id", "case_id", "op", "variant", "impl", "dtype", *SHAPE,
-                    "h0", "gate", "seed", "varlen", "option", "check", "tensor", "err", "floor", "atol", "bound", "ratio",
-                    "verdict", "device", "torch", "triton", "git"]
+                    "h0", "gate", "seed", "varlen", "option", "check", "tensor", "err", "floor", "spread", "atol", "bound",
+                    "ratio", "verdict", "device", "torch", "triton", "git"]
 
 # ----------------------------------------------------------------------------- bench.csv
 BENCH_COLUMNS = ("run_id", "op", "impl", "variant", "dtype", *SHAPE,

@@ -1,6 +1,7 @@
 """Run under TRITON_INTERPRET=1 FLA_EMULATE_TENSOR_CORES=1 by `kernel_testing.emulated` (the
 switch is read when fla_kernels is imported), or on a GPU's real tensor cores where there is one:
 prints one JSON object of results."""
+import importlib
 import json
 import sys
 
@@ -79,9 +80,15 @@ def gate_sums(op, variant, dtype, T, gate, planted):
     return {r["tensor"]: (r["verdict"], r["message"]) for r in rows if r["tensor"].startswith("dg")}
 
 
-def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks):
+def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks, planted=""):
     """{"check: tensor": (verdict, err, bound, floor)} of every row of one case of our `variant`
-    with the checks named in `checks` (comma-separated, or "none")."""
+    with the checks named in `checks` (comma-separated, or "none"); planted: "", or
+    "KIND@module:name", the `PLANTED` product of that kind in place of the module's split product
+    `name`."""
+    if planted:
+        kind, where = planted.split("@")
+        module, name = where.split(":")
+        setattr(importlib.import_module(module), name, PLANTED[kind])
     spec = get_op(op)
     case = Case(op=op, dtype=dtype, B=int(B), T=int(T), H=int(H), K=int(K), V=int(V), h0="grad",
                 gate=gate, seed=0, varlen=varlen, option=option)

@@ -205,3 +205,18 @@ def test_sums_allow_fresh_roundings_of_no_sign_and_fail_those_of_one_sign():
     bias = _rounded_sums(rounded + ulp, gold, rounded)["t"]
     assert bias["verdict"] == "FAIL", bias
     assert "lean one way, 4.99 x their root sum of squares (chance: up to 4)" in bias["message"], bias
+
+
+def test_a_sums_spread_is_the_root_sum_of_squares_of_its_deviations_from_the_rounded_golden():
+    """The room the gate gives a sum drawn afresh (reports/compare.py): per sum, the root sum of
+    squares of the kernel's deviations from the golden rounded to its dtype; the largest of them."""
+    from harness.metrics import compare_sums
+    gen = torch.Generator().manual_seed(0)
+    gold = torch.randn(2, 64, 2, 4, generator=gen, dtype=torch.float64)
+    rounded = gold.to(torch.bfloat16).to(torch.float64)
+    deviation = torch.randn(gold.shape, generator=gen, dtype=torch.float64) * 1e-3
+    tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
+    rows = dict(compare_sums(rounded + deviation, gold, rounded, tol, torch.bfloat16, True))
+    assert rows["t"]["spread"] == pytest.approx(deviation.pow(2).sum(1).sqrt().max().item())
+    assert rows["b, t, h"]["spread"] == pytest.approx(deviation.pow(2).sum((0, 1, 2)).sqrt().max().item())
+    assert dict(compare_sums(rounded, gold, rounded, tol, torch.bfloat16, True))["t"]["spread"] == 0.0

@@ -43,3 +43,19 @@ def test_state_walks_keep_a_decayed_key_to_tf32():
     T = 64, strong decay, packed); here (K = V = 32) its error is about seven times tf32's."""
     ours, planted = emulated("walk"), emulated("walk", "walk_bf16")
     assert ours < 4e-4 and planted > 4 * ours, (ours, planted)
+
+
+def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
+    """dw = -dU h^T of the chunked delta rule's backward with fp16 inputs: h as hi + lo tf32
+    parts (`mma_tf32_split_rhs`). One tf32 rounding of h, as fine as fp16's own, is shared by
+    every row of the chunk and leaned dbeta's sum over t to 1.07 times its bound on the H100 (this
+    case, seed 0), while every element passed."""
+    args = ("case", "delta_rule", "chunk", "fp16", "2", "65", "2", "60", "60", "strong", "none",
+            "none", "none")
+    sums = ("aggregate: dbeta (sum over t)", "aggregate: dbeta (sum over b, t, h)")
+    rows = emulated(*args)
+    assert all(rows[t][0] == "PASS" for t in sums + ("golden: dbeta",)), rows
+    planted = emulated(*args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs")
+    assert planted["golden: dbeta"][0] == "PASS", planted
+    assert planted[sums[0]][0] == "FAIL", planted
+    assert planted[sums[0]][1] > 2 * rows[sums[0]][1], (planted[sums[0]], rows[sums[0]])
