@@ -12,7 +12,10 @@ if __name__ == "__main__":
     if os.environ.get(WORKER):
         interrupt_once_per_press()
 
-    import fla_kernels  # noqa: F401  (sets the Triton interpreter up before any kernel is defined)
-    from harness.cli import main
-
+    try:
+        import fla_kernels  # noqa: F401  (sets the Triton interpreter up before any kernel is defined)
+        from harness.cli import main
+    except KeyboardInterrupt:   # Ctrl-C (or timeout -s INT) while torch and triton load
+        print("harness: interrupted", file=sys.stderr)
+        sys.exit(130)
     sys.exit(main())

@@ -1,5 +1,6 @@
 """The command line: usage errors exit 2 in one line, sweeps stream rows, exit 1 on a failing row."""
 import csv
+import os
 import subprocess
 import sys
 
@@ -113,3 +114,15 @@ def test_checks_determinism_on_request_catches_a_nondeterministic_kernel(tmp_pat
     assert main(args) == 1
     (row,) = [r for r in _rows(tmp_path / "results.csv") if r["verdict"] != "PASS"]
     assert row["check"] == "determinism" and row["tensor"] == "o"
+
+
+def test_an_interrupt_while_the_harness_loads_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C (or `timeout -s INT`) that lands while torch and triton import: no traceback."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    stand_in = tmp_path / "fla_kernels"
+    stand_in.mkdir()
+    (stand_in / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{root}")
+    out = subprocess.run([sys.executable, "-m", "harness", "list"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 130 and out.stderr == "harness: interrupted\n", out.stderr

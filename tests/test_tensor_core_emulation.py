@@ -48,7 +48,7 @@ def test_state_walks_keep_a_decayed_key_to_tf32():
 def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
     """dw = -dU h^T of the chunked delta rule's backward with fp16 inputs: h as hi + lo tf32
     parts (`mma_tf32_split_rhs`). One tf32 rounding of h, as fine as fp16's own, is shared by
-    every row of the chunk and leaned dbeta's sum over t to 1.07 times its bound on the H100 (this
+    every row of the chunk and leaned dbeta's sum over t to 1.07 times its bound on an H200 (this
     case, seed 0), while every element passed."""
     args = ("case", "delta_rule", "chunk", "fp16", "2", "65", "2", "60", "60", "strong", "none",
             "none", "none")

@@ -432,7 +432,7 @@ def _bwd_output_kernel(q, k, g, gc, states, vnew, do, dhs, dvnew, pairs, dAqk, d
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
         if OPERAND_DTYPE == tl.float16:
             # fp16's floor is tf32's rounding: one rounding of h, shared by every row's dw, leaned
-            # dbeta's sums over the chunk to 1.07 x their bound (H100, T = 65, K = V = 60)
+            # dbeta's sums over the chunk to 1.07 x their bound (H200, T = 65, K = V = 60)
             b_dw -= mma_tf32_split_rhs(b_dU, b_ht, FP32_DOT)
         else:
             b_dw -= mma(b_dU, b_ht, FP32_DOT, tl.float32)
