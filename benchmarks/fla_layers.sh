@@ -4,9 +4,8 @@
 #   bash benchmarks/fla_layers.sh OUT_DIR CORE_WHEEL LAYER_WHEELS_DIR [AUTOTUNE_DIR]
 # CORE_WHEEL: fla-core's; LAYER_WHEELS_DIR: flash-linear-attention's and its needs (transformers...).
 # flash-linear-attention's wheel has no fla/__init__.py, so fla-core's fla/ is copied over its own.
-# AUTOTUNE_DIR: fla's autotune results (Triton's *.autotune.json) from an earlier lease, restored
-# into the Triton cache first and collected back into it at the end: fla's first calls then compile
-# once instead of autotuning for minutes. Each process gets $LIMIT seconds (default 500).
+# AUTOTUNE_DIR: fla's autotune results from an earlier lease (fla_autotune.sh). Each process
+# gets $LIMIT seconds (default 500).
 set -u
 out=${1:?output folder}; core=${2:?fla-core wheel}; layers=${3:?layer wheels folder}; tuned=${4:-}
 site=${SITE:-/tmp/fla-layers}
@@ -15,9 +14,8 @@ python -m pip install -q --no-index --no-deps --no-compile --target "$site" "$la
 python -m pip install -q --no-index --no-deps --no-compile --target "$site/core" "$core" || exit 1
 cp -rn "$site/core/fla/." "$site/fla/"
 export PYTHONPATH="$site:${PYTHONPATH:-}"
-cache=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
-mkdir -p "$cache"
-[ -n "$tuned" ] && [ -d "$tuned" ] && cp -rn "$tuned/." "$cache/"
+. "$(dirname "$0")/fla_autotune.sh"
+restore_autotune "$tuned"
 gpus=$(nvidia-smi -L | wc -l)
 i=0
 for op in ${OPS:-gla gsa rwkv6 delta_rule gated_delta_rule kda linear_attn}; do
@@ -29,8 +27,4 @@ for op in ${OPS:-gla gsa rwkv6 delta_rule gated_delta_rule kda linear_attn}; do
     i=$((i + 1))
 done
 wait
-if [ -n "$tuned" ]; then
-    mkdir -p "$tuned"
-    (cd "$cache" && find . -name '*.autotune.json' -print0 | tar --null -cf - -T -) | tar -xf - -C "$tuned"
-    echo "autotune results kept: $(find "$tuned" -name '*.autotune.json' | wc -l)" | tee -a "$out/layers.log"
-fi
+keep_autotune "$tuned" | tee -a "$out/layers.log"

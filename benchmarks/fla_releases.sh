@@ -9,10 +9,13 @@
 # whose fla/__init__.py imports its layers and so transformers: DEPS, a folder of wheels (the
 # transformers such a release was made for), goes on PYTHONPATH after the release. OPS, DTYPES
 # (comma-separated), TS, GPUS (indices, default every GPU) and LIMIT (seconds per process,
-# default 500) choose the grid and the machine.
+# default 500) choose the grid and the machine; TUNED, a folder of fla's autotune results kept
+# between runs (fla_autotune.sh), spares the releases' first calls minutes of autotuning.
 set -u
 out=${1:?output folder}; shift
 mkdir -p "$out"
+. "$(dirname "$0")/fla_autotune.sh"
+restore_autotune "${TUNED:-}"
 gpus=(${GPUS:-$(seq 0 $(( $(nvidia-smi -L | wc -l) - 1 )))})
 deps=""
 if [ -n "${DEPS:-}" ]; then
@@ -38,3 +41,4 @@ for release in "$@"; do
     done
 done
 wait
+keep_autotune "${TUNED:-}" | tee -a "$out/releases.log"
