@@ -158,14 +158,15 @@ def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bo
         return []
     rounded = gold.to(expected_dtype).to(torch.float64)
     element_floor = _max((rounded - gold).abs())
+    x64 = x.detach().to(torch.float64)
+    deviation = x64 - rounded
     out = []
     for label, dims in SUMS.items():
         if (label == "t" and gold.shape[1] == 1) or (label != "t" and not across_heads):
             continue  # a sum of one term, or the same sum as the other
         terms = math.prod(gold.shape[d] for d in dims)
         gold_sum = gold.sum(dims)
-        x_sum = x.detach().to(torch.float64).sum(dims)
-        deviation = x.detach().to(torch.float64) - rounded
+        x_sum = x64.sum(dims)
         spread = _max(deviation.pow(2).sum(dims).sqrt())
         base_err = _error_of_sum(base.detach().to(torch.float64), gold, dims)
         sum_tol, floor = tol.of_sum(_error_of_sum(rounded, gold, dims), element_floor, terms)

@@ -104,15 +104,14 @@ def set_function(target: str, spec):
     module_name, fn_name = target.split(":")
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+    except Exception as exc:  # a release's module can fail on import with anything
+        if isinstance(exc, ModuleNotFoundError) and exc.name and module_name.startswith(exc.name):
             return _failing(target, f"{release(module_name.split('.')[0])} has no module {module_name}")
         return _failing(target, f"{module_name} does not import: {describe_error(exc)}", "ERROR")
-    except Exception as exc:  # a release's module can fail on import with anything
-        return _failing(target, f"{module_name} does not import: {describe_error(exc)}", "ERROR")
-    if not callable(getattr(module, fn_name, None)):
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
         return _failing(target, f"{release(module_name.split('.')[0])}'s {module_name} has no {fn_name}")
-    return fitted(module.__dict__[fn_name], [s.name for s in spec.inputs])
+    return fitted(fn, [s.name for s in spec.inputs])
 
 
 def _failing(target: str, what: str, verdict: str = "SKIP"):
