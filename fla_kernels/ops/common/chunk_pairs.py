@@ -66,36 +66,62 @@ def decay(x):
 
 
 @triton.jit
-def _pair_sums(Dx, x, x_ptr, G, gc, base, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
-               BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr, COLUMNS: tl.constexpr,
-               i_k):
-    """[BT, BK] for D [BT, BT] lower and x [BT, BK] the chunk's rows of x_ptr [B, T, H, K] in key
-    columns i_k*BK.. (gathered again for the blocks' own pairs), G their cumulative gates; at row
-    t, the sum over s < t of D_ts x_s exp(G_t - G_s) (Dx = D); with COLUMNS, at row s the sum over
-    t > s of D_ts x_t exp(G_t - G_s) (Dx = D^T). Either way the reference row e of block
-    boundary m is the last before it, and every exponent is <= 0."""
-    sign = -1.0 if COLUMNS else 1.0
+def pair_entries(A, row, c0, t, cols, m, T, H: tl.constexpr, BT: tl.constexpr):
+    """[len(t)] float32 entries (t, cols) of the chunk at c0 of a pair matrix A [B, T, H, BT] of
+    row (tiles.head_program), where m holds and t is inside the sequence (zero elsewhere): one
+    entry a row, read where it lies instead of picked out of a [BT, BT] tile."""
+    offs = (row * BT + (c0 + t).to(tl.int64) * (H * BT)) + cols
+    return tl.load(A + offs, mask=m & ((c0 + t) < T), other=0)
+
+
+@triton.jit
+def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, c0, T, H: tl.constexpr,
+                    K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
+                    FP32_DOT: tl.constexpr, i_k):
+    """(rq, rk, c) [BT, BK] of the chunk at c0 in key columns i_k*BK.., for D and E its [BT, BT]
+    lower pair gradients (Dt, Et their transposes) and G the rows' cumulative gates:
+        rq_t = sum_{s<t} D_ts k_s exp(G_t - G_s)      rk_t = sum_{s<t} E_ts k_s exp(G_t - G_s)
+        c_s = sum_{t>s} (D_ts q_t + E_ts k_t) exp(G_t - G_s)
+    Each step's gathered rows, float64 gates and exponentials serve all four sums: a row's decay
+    towards a reference row is exp(-|G_t - G_e|) either way (the row sums' rows follow their
+    reference, the column sums' precede it), taken as one exp of a non-positive exponent. Blocks
+    of BC rows against the rows before them are products, with e the last row before block m;
+    pairs inside one block are summed a column at a time, every block's j-th at once."""
     r = tl.arange(0, BT)
-    acc = tl.zeros([BT, BK], dtype=tl.float32)
+    rq = tl.zeros([BT, BK], dtype=tl.float32)
+    rk = tl.zeros([BT, BK], dtype=tl.float32)
+    c = tl.zeros([BT, BK], dtype=tl.float32)
     for m in tl.static_range(1, BT // BC):
         G_e = cumgate_row(gc, base, c0 + m * BC - 1, T, H, K, BK, i_k)
-        if COLUMNS:
-            others, own = r >= m * BC, (r // BC) == m - 1
-        else:
-            others, own = r < m * BC, (r // BC) == m
-        other = tl.where(others[:, None], x * decay(sign * (G_e[None, :] - G)), 0.0)
-        part = mma_split(tl.where(own[:, None], Dx, 0.0), other, FP32_DOT)
-        acc += tl.where(own[:, None], part * decay(sign * (G - G_e[None, :])), 0.0)
+        before = (r < m * BC)[:, None]
+        X = decay(tl.where(before, G_e[None, :] - G, G - G_e[None, :]))
+        kX = b_k * X
+        k_before = tl.where(before, kX, 0.0)
+        own = ((r // BC) == m)[:, None]
+        rq += tl.where(own, mma_split(tl.where(own, D, 0.0), k_before, FP32_DOT) * X, 0.0)
+        rk += tl.where(own, mma_split(tl.where(own, E, 0.0), k_before, FP32_DOT) * X, 0.0)
+        prev = ((r // BC) == m - 1)[:, None]
+        part = mma_split(tl.where(prev, Dt, 0.0), tl.where(before, 0.0, b_q * X), FP32_DOT)
+        part += mma_split(tl.where(prev, Et, 0.0), kX - k_before, FP32_DOT)
+        c += tl.where(prev, part * X, 0.0)
     first = (r // BC) * BC
     for j in range(BC):
         src = first + j
         m_src = (c0 + src) < T
-        x_j = gather_rows(x_ptr, base, c0 + src, m_src, H, K, BK, i_k)
-        G_j = cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k)
-        d = tl.sum(tl.where(r[None, :] == src[:, None], Dx, 0.0), axis=1)
-        d = tl.where((r % BC < j) if COLUMNS else (r % BC > j), d, 0.0)
-        acc += d[:, None] * x_j * decay(sign * (G - G_j))
-    return acc
+        k_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
+        q_j = gather_rows(q, base, c0 + src, m_src, H, K, BK, i_k)
+        after = (r % BC > j)[:, None]
+        diff = G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k)
+        X = decay(tl.where(after, diff, -diff))
+        below, above = r % BC > j, r % BC < j
+        d_q = pair_entries(dAqk, row, c0, r, src, below, T, H, BT)
+        d_k = pair_entries(dAkk, row, c0, r, src, below, T, H, BT)
+        rq += d_q[:, None] * k_j * X
+        rk += d_k[:, None] * k_j * X
+        c_q = pair_entries(dAqk, row, c0, src, r, above, T, H, BT)
+        c_k = pair_entries(dAkk, row, c0, src, r, above, T, H, BT)
+        c += (c_q[:, None] * q_j + c_k[:, None] * k_j) * X
+    return rq, rk, c
 
 
 @triton.jit
@@ -114,12 +140,16 @@ def _chunk_tiles(q, k, gc, i_c, row, i_k, T, H: tl.constexpr, K: tl.constexpr, B
 def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                  BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
     """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32, summed over K a
-    block of BK key columns at a time."""
+    block of BK key columns at a time; the pairs of a row with its own block's rows are kept
+    [BT, BC] wide (column j of the block), not spread over [BT, BT] at every step."""
     i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
     r = tl.arange(0, BT)
     first = (r // BC) * BC
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)
     b_qk = tl.zeros([BT, BT], dtype=tl.float32)
+    jj = tl.arange(0, BC)
+    w_kk = tl.zeros([BT, BC], dtype=tl.float32)
+    w_qk = tl.zeros([BT, BC], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, i_k, T, H, K, BT, BK)
         t = c0 + r
@@ -137,12 +167,26 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
             m_src = (c0 + src) < T
             b_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
             dec = b_j * decay(b_G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k))
-            at = r[None, :] == src[:, None]
-            b_kk += tl.where(at & (r % BC > j)[:, None], tl.sum(b_k * dec, axis=1)[:, None], 0.0)
-            b_qk += tl.where(at & (r % BC >= j)[:, None], tl.sum(b_q * dec, axis=1)[:, None], 0.0)
+            at = jj[None, :] == j
+            w_kk += tl.where(at & (r % BC > j)[:, None], tl.sum(b_k * dec, axis=1)[:, None], 0.0)
+            w_qk += tl.where(at & (r % BC >= j)[:, None], tl.sum(b_q * dec, axis=1)[:, None], 0.0)
     c0 = i_c * BT
-    store_rows(Akk, b_kk, row * BT, c0, T, H, BT, BT, BT, 0)
-    store_rows(Aqk, b_qk, row * BT, c0, T, H, BT, BT, BT, 0)
+    outside = (r[:, None] // BC) != (r[None, :] // BC)
+    _store_pairs(Akk, b_kk, w_kk, outside, row, c0, T, H, BT, BC)
+    _store_pairs(Aqk, b_qk, w_qk, outside, row, c0, T, H, BT, BC)
+
+
+@triton.jit
+def _store_pairs(A, b_A, w_A, outside, row, c0, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
+    """Store a chunk's pair matrix into A [B, T, H, BT]: b_A [BT, BT] outside the diagonal blocks,
+    w_A [BT, BC] (row t's pairs with its own block's BC rows) inside them. The two stores touch
+    disjoint elements, so their order does not matter."""
+    r = tl.arange(0, BT)
+    t = c0 + r
+    rows = row * BT + t.to(tl.int64)[:, None] * (H * BT)
+    tl.store(A + rows + r[None, :], b_A, mask=(t[:, None] < T) & outside)
+    cols = (r // BC * BC)[:, None] + tl.arange(0, BC)[None, :]
+    tl.store(A + rows + cols, w_A, mask=(t[:, None] < T) & (cols < BT))
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -158,17 +202,15 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     b_E = load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Dt = load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
     b_Et = load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
-    rq = _pair_sums(b_D, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False, i_k)
-    rk = _pair_sums(b_E, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, False, i_k)
-    cq = _pair_sums(b_Dt, b_q, q, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True, i_k)
-    ck = _pair_sums(b_Et, b_k, k, b_G, gc, base, c0, T, H, K, BT, BC, BK, FP32_DOT, True, i_k)
+    rq, rk, c = _pair_grad_sums(b_D, b_E, b_Dt, b_Et, dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row, base, c0, T,
+                                H, K, BT, BC, BK, FP32_DOT, i_k)
     dd = tl.sum(tl.where(r[:, None] == r[None, :], b_D, 0.0), axis=1)[:, None]
     b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, i_k) + rq + dd * b_k
-    b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rk + cq + ck + dd * b_q
+    b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rk + c + dd * b_q
     store_rows(dq, b_dq, base, c0, T, H, K, BT, BK, i_k)
     store_rows(dk, b_dk, base, c0, T, H, K, BT, BK, i_k)
     if GATE_GRAD:
-        b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + b_q * rq + b_k * (rk - cq - ck)
+        b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + b_q * rq + b_k * (rk - c)
         store_rows(dG, b_dG, base, c0, T, H, K, BT, BK, i_k)
 
 
