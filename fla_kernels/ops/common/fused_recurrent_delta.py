@@ -184,6 +184,16 @@ class FusedRecurrentDeltaFunction(torch.autograd.Function):
     """
 
     @staticmethod
+    def parts_per_row(tensors) -> int:
+        """The backward's float32 buffers per batch entry (ops/common/batch_groups.py): dq, dk, dq'
+        and dk' and dbeta, NV of each, du, and the chunks' exit states."""
+        q, v = tensors[0], tensors[2]
+        _, T, H, K = q.shape
+        V = v.shape[-1]
+        NV = _blocks(K, V)[2]
+        return NV * T * H * (4 * K + 1) + T * H * V + triton.cdiv(T, CHUNK) * H * K * V
+
+    @staticmethod
     @compiles_ahead
     def forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
         q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
