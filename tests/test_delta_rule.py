@@ -151,7 +151,7 @@ def test_float32_beta_beside_bf16_inputs(variant):
 @pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule", "kda"])
 def test_chunk_kernels_at_every_block_shape(op):
     """The chunked kernels in bf16 against the float64 loop at head sizes that change their blocks
-    and warps: K in one block of 16 to 128, V in one to eight V-blocks (32 or, in kda's walks, 64
+    and warps: K in one block of 16 to 256, V in one to eight V-blocks (32 or, in kda's walks, 64
     wide) under 4 or 8 warps (`_settings`), K in the backward's per-chunk kernels in one or more
     64-wide key blocks (K = 100: two, the second cut short). Triton 3.6 on the H100 miscompiled a
     sum over two or more V blocks with 4 warps, and 16-wide V blocks with 8 warps
@@ -159,7 +159,7 @@ def test_chunk_kernels_at_every_block_shape(op):
     key blocks; a GPU runs them all."""
     spec = OPS[op]
     shapes = ([(16, 64), (100, 16)] if DEVICE == "cpu"
-              else [(K, V) for K in (16, 32, 64, 100, 128) for V in (16, 64, 256)])
+              else [(K, V) for K in (16, 32, 64, 100, 128, 256) for V in (16, 64, 256)])
     for K, V in shapes:
         x = make_inputs(spec, 1, 70, 2, K, V, torch.bfloat16, "normal", True, seed=7)
         try:
@@ -169,12 +169,14 @@ def test_chunk_kernels_at_every_block_shape(op):
 
 
 @pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
-def test_heads_wider_than_128_take_the_per_channel_kernels(op):
-    """Past K = 128 a scalar gate (or none) runs on kda's kernels with the gate in every key
-    channel (the scalar form's backward needs more shared memory than the H100 has): every
-    output and gradient, dg with the pairs' part from the pair matrices, against the float64 loop."""
+def test_heads_wider_than_the_widest_scalar_gate_take_the_per_channel_kernels(op):
+    """Past WIDEST_SCALAR_GATE a scalar gate (or none) runs on kda's kernels with the gate in every
+    key channel: every output and gradient, dg with the pairs' part from the pair matrices,
+    against the float64 loop. Up to it the scalar kernels take K 64 key columns at a time
+    (the block-shape test: K = 100 on the CPU, 256 on a GPU)."""
+    from fla_kernels.ops.common.chunk_delta import WIDEST_SCALAR_GATE
     spec = OPS[op]
-    x = make_inputs(spec, 1, 70, 1, 136, 16, torch.float32, "normal", True, seed=8)
+    x = make_inputs(spec, 1, 70, 1, WIDEST_SCALAR_GATE + 8, 16, torch.float32, "normal", True, seed=8)
     assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.float32)
 
 

@@ -78,14 +78,15 @@ from fla_kernels.precision import product_settings, store_dtype
 
 CHUNK = 64   # tokens per chunk; `unit_lower_inverse` merges 16-row blocks up to it
 PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs.py)
-# past K = 128 the backward's chunk kernel with a scalar gate (or none), whose pair products it
-# forms itself, needed more shared memory than the H100 has (282,624 bytes at K = 256 against
-# 232,448, when it was one kernel holding all of K): wider heads take the per-channel kernels,
-# which form them in chunk_pairs.py, with the gate in every channel; a scalar gate's gradient
-# then takes the pairs' part from the pair matrices (`scalar_pair_gate_grad`), not as a sum of
-# K channels' parts, whose row and column roundings do not cancel (dg summed over t 2.7 x its
-# bound at K = 256 on the H100)
-WIDEST_SCALAR_GATE = 128
+# past K = 256 a scalar gate (or none) takes the per-channel kernels, which form the pair matrices
+# in chunk_pairs.py, with the gate in every channel; a scalar gate's gradient then takes the pairs'
+# part from the pair matrices (`scalar_pair_gate_grad`), not as a sum of K channels' parts, whose
+# row and column roundings do not cancel (dg summed over t 2.7 x its bound at K = 256 on the
+# H100). Up to K = 256 the scalar kernels fit the H100's shared memory (180 KB at most per
+# kernel since the backward's chunk kernel was split and takes K 64 columns at a time; one
+# kernel holding all of K needed 282,624 bytes at K = 256): 3.1 x faster there than the
+# per-channel kernels (benchmarks/tuning.md)
+WIDEST_SCALAR_GATE = 256
 
 
 @triton.jit
