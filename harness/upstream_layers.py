@@ -189,28 +189,31 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
             base = _run(layer, x_, dy_, segments, cache_class, backward, mask)[:2]
         return gold, base
 
-    def compare(suffix, got, gold, base):
-        rows.extend(compare_runs(make_row, case, f"{label}: ", suffix, got, gold, base, x.shape))
+    def compare(suffix, got, gold, bases):
+        rows.extend(compare_runs(make_row, case, f"{label}: ", suffix, got, gold, bases, x.shape))
 
     step = "its references"
     try:
-        whole = [(0, case.T)]
+        whole, segments = [(0, case.T)], segment_bounds(case.T)
         gold, base = references(x, dy, whole)
+        bases = [base]
+        if segments:
+            step = "its references through the cache"
+            gold_s, base_s = references(x, dy, segments)
+            bases.append(base_s)   # each call pattern's baseline, a draw of its error for every row
         step = "its forward and backward" if backward else "its forward"
         y, grads, x_after, _ = _run(layer, x, dy, whole, cache_class, backward)
-        compare("", (y, grads), gold, base)
+        compare("", (y, grads), gold, bases)
         if not bitwise_equal(x_after, x):
             rows.append(make_row("layer", f"{label}: x", verdict="FAIL", message=f"the layer wrote into "
                                  f"its input ({describe_difference(x_after, x)} changed)"))
-        segments = segment_bounds(case.T)
         if segments:
             step = "its segments through the cache"
-            gold_s, base_s = references(x, dy, segments)
             broken_chain = chain_difference(*gold_s, *gold, rel_tol=CHAIN_REL_TOL_FLOAT32_HELPERS)
             rows.append(make_row("layer", f"{label}: float64 segments", verdict="FAIL" if broken_chain
                                  else "PASS", message=broken_chain))
             y, grads, _, handed = _run(layer, x, dy, segments, cache_class, backward)
-            compare(" (segments)", (y, grads), gold_s, base_s)
+            compare(" (segments)", (y, grads), gold_s, bases)
             changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
             rows.append(make_row("layer", f"{label}: cache", verdict="FAIL" if changed else "PASS",
                                  message=f"the layer wrote into the cached state ({changed[0]} changed)"

@@ -45,6 +45,24 @@ def test_error_beyond_the_bound_fails_naming_every_term():
         assert term in row["message"]
 
 
+def test_a_baseline_of_several_draws_takes_the_largest_error_and_still_fails_what_passes_them_all():
+    """A one-element parameter gradient (a per-head decay's, a sum over every token): the baseline's
+    one-call draw landed 0.019 from the golden and its segments draw 0.519 (bf16, T = 43884, on the
+    GPU); a kernel 2 bf16 steps off failed the first draw's bound alone and passes the largest
+    draw's, while an error well past every draw still fails."""
+    gold = torch.tensor([110.4808], dtype=torch.float64)
+    lucky, typical = (torch.tensor([v], dtype=torch.bfloat16) for v in (110.5, 111.0))
+    kernel = torch.tensor([111.5], dtype=torch.bfloat16)
+    tol = Tolerance(factor=3.0, atol=1e-5)
+    alone = compare_to_golden(kernel, gold, lucky, tol, seq_layout=False)
+    assert alone["verdict"] == "FAIL" and alone["base_err"] == pytest.approx(0.0192, abs=1e-4)
+    both = compare_to_golden(kernel, gold, [lucky, typical], tol, seq_layout=False)
+    assert both["verdict"] == "PASS" and both["base_err"] == pytest.approx(0.5192, abs=1e-4)
+    far = compare_to_golden(torch.tensor([114.0], dtype=torch.bfloat16), gold, [lucky, typical], tol,
+                            seq_layout=False)
+    assert far["verdict"] == "FAIL" and "baseline err 0.519" in far["message"]
+
+
 def test_nan_fails_and_names_the_earliest_step():
     gold, base = tensors()
     x = base.clone()

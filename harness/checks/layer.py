@@ -73,21 +73,23 @@ def _tensors(entry) -> list:
     return []
 
 
-def compare_runs(make_row, case, prefix: str, label: str, got, gold, base, shape) -> list[dict]:
+def compare_runs(make_row, case, prefix: str, label: str, got, gold, bases, shape) -> list[dict]:
     """Rows "<prefix>y<label>" and "<prefix>d<parameter><label>" of a layer run against its golden
-    and baseline (each (y, parameter gradients)): the output, then every gradient the golden has."""
-    (y, grads), (y64, g64), (yb, gb) = got, gold, base
+    and the baseline's draws (each (y, parameter gradients); every call pattern's, for the
+    baseline error of tensors of a few elements: `compare_to_golden`): the output, then every
+    gradient the golden has."""
+    (y, grads), (y64, g64) = got, gold
     if tuple(y.shape) != tuple(shape):
         return [make_row("layer", f"{prefix}y{label}", verdict="FAIL",
                          message=f"output shape {tuple(y.shape)}, expected {tuple(shape)}")]
     dtype = case.torch_dtype
     tol = tolerance_for(case.op, "o", case.dtype, case.T, case.dtype)
     rows = [make_row("layer", f"{prefix}y{label}", **_prefixed(label, compare_to_golden(
-        y, y64, yb, tol, True, dtype)))]
+        y, y64, [yb for yb, _ in bases], tol, True, dtype)))]
     tol = tolerance_for(case.op, "dq", case.dtype, case.T, case.dtype)
     for name in sorted(g64):
         rows.append(make_row("layer", f"{prefix}{name}{label}", **_prefixed(label, compare_to_golden(
-            grads.get(name), g64[name], gb[name], tol, False, dtype))))
+            grads.get(name), g64[name], [gb[name] for _, gb in bases], tol, False, dtype))))
     return rows
 
 
@@ -161,14 +163,13 @@ def layer_rows(spec, case, impl, device, make_row, backward=True) -> list[dict]:
                           backward)
     segments = segment_bounds(case.T)
     broken_chain = _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64, backward)
-    # the baseline runs each call pattern itself: segments round differently from one call
-    baselines = {label: _run(layer, baseline_fn, x, dy, bounds, backward)[:2]
-                 for label, bounds in (("", whole), (" (segments)", segments)) if bounds}
+    # the baseline runs each call pattern itself: segments round differently from one call, and
+    # each pattern's run is a draw of a same-dtype computation's error, for every row
+    bases = [_run(layer, baseline_fn, x, dy, bounds, backward)[:2] for bounds in (whole, segments) if bounds]
     rows = [] if backward else [no_gradients_row(make_row, "")]
 
     def compare(label, y, grads):
-        rows.extend(compare_runs(make_row, case, "", label, (y, grads), (y64, g64), baselines[label],
-                                 x.shape))
+        rows.extend(compare_runs(make_row, case, "", label, (y, grads), (y64, g64), bases, x.shape))
 
     try:
         y, grads, x_after, _ = _run(layer, impl.fn, x, dy, whole, backward)
