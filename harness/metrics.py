@@ -56,11 +56,11 @@ def half_ulp(magnitude: float, dtype: torch.dtype) -> float:
 def compare_to_golden(x, gold, base, tol: Tolerance, seq_layout: bool, expected_dtype=None) -> dict:
     """Metrics and verdict of kernel tensor `x` against golden `gold` (float64) and baseline `base`.
 
-    `base` may be several draws of the baseline (the same quantity rounded by different call
-    patterns, as the layer check's one call and segments): its error is the largest of theirs. A
-    tensor of one or a few elements (a per-head decay parameter's gradient, a sum over every
-    token) draws its baseline error once per pattern, and a draw that lands near the golden by
-    chance would hold a kernel to a bound no same-dtype computation keeps.
+    `base` may be several draws of the baseline (the same quantity rounded in another order, as
+    the layer check's in two chunk sizes): its error is the largest of theirs. A tensor of one or
+    a few elements (a per-head decay parameter's gradient, a sum over every token) draws its
+    baseline error once per computation, and a draw that lands near the golden by chance would
+    hold a kernel to a bound no same-dtype computation keeps.
     `expected_dtype` is the dtype the public contract promises (default: x's own); the floor is the
     rounding of the golden into it, and a tensor returned in another dtype fails.
     """

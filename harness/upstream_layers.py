@@ -26,7 +26,8 @@ import torch
 
 from harness import upstream
 from harness.checks.bits import bitwise_equal, describe_difference
-from harness.checks.layer import chain_difference, compare_runs, no_gradients_row, run_segments
+from harness.checks.layer import (baseline_functions, chain_difference, compare_runs, no_gradients_row,
+                                  run_segments)
 from harness.checks.segments import segment_bounds
 from harness.declaration import load_function
 from harness.float32_helpers import helpers_in_float32
@@ -177,43 +178,40 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
     x = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
     dy = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
     golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
-    baseline_fn = functools.partial(load_function(spec.reference_chunked), operand_dtype=dtype,
-                                    chunk_size=spec.baseline_chunk_size)
     rows = [] if backward else [no_gradients_row(make_row, f"{label}: ")]
 
     def references(x_, dy_, segments, mask=None):
         with kernels_replaced(layer, spec, set_name, golden_fn), helpers_in_float32(HELPERS[set_name]):
             gold = _run(copy.deepcopy(layer).double(), x_.double(), dy_.double(), segments, cache_class,
                         backward, mask)[:2]
-        with kernels_replaced(layer, spec, set_name, baseline_fn):
-            base = _run(layer, x_, dy_, segments, cache_class, backward, mask)[:2]
-        return gold, base
+        bases = []
+        for baseline_fn in baseline_functions(spec, dtype):
+            with kernels_replaced(layer, spec, set_name, baseline_fn):
+                bases.append(_run(layer, x_, dy_, segments, cache_class, backward, mask)[:2])
+        return gold, bases
 
-    def compare(suffix, got, gold, bases):
-        rows.extend(compare_runs(make_row, case, f"{label}: ", suffix, got, gold, bases, x.shape))
+    def compare(suffix, got, gold, base):
+        rows.extend(compare_runs(make_row, case, f"{label}: ", suffix, got, gold, base, x.shape))
 
     step = "its references"
     try:
-        whole, segments = [(0, case.T)], segment_bounds(case.T)
+        whole = [(0, case.T)]
         gold, base = references(x, dy, whole)
-        bases = [base]
-        if segments:
-            step = "its references through the cache"
-            gold_s, base_s = references(x, dy, segments)
-            bases.append(base_s)   # each call pattern's baseline, a draw of its error for every row
         step = "its forward and backward" if backward else "its forward"
         y, grads, x_after, _ = _run(layer, x, dy, whole, cache_class, backward)
-        compare("", (y, grads), gold, bases)
+        compare("", (y, grads), gold, base)
         if not bitwise_equal(x_after, x):
             rows.append(make_row("layer", f"{label}: x", verdict="FAIL", message=f"the layer wrote into "
                                  f"its input ({describe_difference(x_after, x)} changed)"))
+        segments = segment_bounds(case.T)
         if segments:
             step = "its segments through the cache"
+            gold_s, base_s = references(x, dy, segments)
             broken_chain = chain_difference(*gold_s, *gold, rel_tol=CHAIN_REL_TOL_FLOAT32_HELPERS)
             rows.append(make_row("layer", f"{label}: float64 segments", verdict="FAIL" if broken_chain
                                  else "PASS", message=broken_chain))
             y, grads, _, handed = _run(layer, x, dy, segments, cache_class, backward)
-            compare(" (segments)", (y, grads), gold_s, bases)
+            compare(" (segments)", (y, grads), gold_s, base_s)
             changed = [describe_difference(a, b) for a, b in handed if not bitwise_equal(a, b)]
             rows.append(make_row("layer", f"{label}: cache", verdict="FAIL" if changed else "PASS",
                                  message=f"the layer wrote into the cached state ({changed[0]} changed)"
@@ -238,8 +236,8 @@ def _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, d
     rows = []
     for b, start in ((0, 0), (1, PADDED)):
         xs, dys = x[b:b + 1, start:], dy[b:b + 1, start:]
-        (y64, _), (yb, _) = references(xs, dys, [(0, xs.shape[1])])
+        (y64, _), bases = references(xs, dys, [(0, xs.shape[1])])
         rows.append(make_row("layer", f"{label}: y (padded batch, sequence {b})", **compare_to_golden(
-            y[b:b + 1, start:], y64, yb, tolerance_for(case.op, "o", case.dtype, case.T, case.dtype),
+            y[b:b + 1, start:], y64, [yb for yb, _ in bases], tolerance_for(case.op, "o", case.dtype, case.T, case.dtype),
             True, dtype)))
     return rows
