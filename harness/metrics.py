@@ -57,7 +57,7 @@ def compare_to_golden(x, gold, base, tol: Tolerance, seq_layout: bool, expected_
     """Metrics and verdict of kernel tensor `x` against golden `gold` (float64) and baseline `base`.
 
     `base` may be several draws of the baseline (the same quantity rounded in another order, as
-    the layer check's in two chunk sizes): its error is the largest of theirs. A tensor of one or
+    the layer check's in three chunk sizes): its error is the largest of theirs. A tensor of one or
     a few elements (a per-head decay parameter's gradient, a sum over every token) draws its
     baseline error once per computation, and a draw that lands near the golden by chance would
     hold a kernel to a bound no same-dtype computation keeps.
