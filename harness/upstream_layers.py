@@ -178,6 +178,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
     x = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
     dy = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
     golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
+    draws = baseline_functions(spec, dtype)
     rows = [] if backward else [no_gradients_row(make_row, f"{label}: ")]
 
     def references(x_, dy_, segments, mask=None):
@@ -185,7 +186,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
             gold = _run(copy.deepcopy(layer).double(), x_.double(), dy_.double(), segments, cache_class,
                         backward, mask)[:2]
         bases = []
-        for baseline_fn in baseline_functions(spec, dtype):
+        for baseline_fn in draws:
             with kernels_replaced(layer, spec, set_name, baseline_fn):
                 bases.append(_run(layer, x_, dy_, segments, cache_class, backward, mask)[:2])
         return gold, bases
@@ -238,6 +239,7 @@ def _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, d
         xs, dys = x[b:b + 1, start:], dy[b:b + 1, start:]
         (y64, _), bases = references(xs, dys, [(0, xs.shape[1])])
         rows.append(make_row("layer", f"{label}: y (padded batch, sequence {b})", **compare_to_golden(
-            y[b:b + 1, start:], y64, [yb for yb, _ in bases], tolerance_for(case.op, "o", case.dtype, case.T, case.dtype),
+            y[b:b + 1, start:], y64, [yb for yb, _ in bases],
+            tolerance_for(case.op, "o", case.dtype, case.T, case.dtype),
             True, dtype)))
     return rows

@@ -129,8 +129,8 @@ def _noise(j: pd.DataFrame, side: str, roundings: float) -> pd.Series:
     covers the tensors whose largest error comes from cancelling terms much larger than the
     result, which move by many of its roundings; a sum of thousands of elements is drawn afresh
     when a kernel rounds them in another order, and one draw, the baseline's, may have been near
-    0: the h100 suite on an H200, delta_rule fp16, dbeta summed over 16,384 elements, err/bound 0.004 then 0.42 and
-    0.69 from two correct kernels.)"""
+    0: the h100 suite on an H200, delta_rule fp16, dbeta summed over 16,384 elements, err/bound
+    0.004 then 0.42 and 0.69 from two correct kernels.)"""
     allowance = (roundings * j[f"floor_{side}"].fillna(0.0) + j[f"atol_{side}"].fillna(0.0)
                  + CHANCE_SIGMAS * j[f"spread_{side}"].fillna(0.0))
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,6 +1,7 @@
 """A large unpacked call runs over groups of batch entries (ops/common/batch_groups.py) so that its
 backward's float32 partials fit: the groups give the whole call's results bit for bit, forward
-and backward (the fused_recurrent Functions, with rwkv6's and kda's the widest, and gla's fused_chunk), with the initial state cut and rwkv6's shared bonus u not (its gradient, a sum over
+and backward (the fused_recurrent Functions, with rwkv6's and kda's the widest, and gla's
+fused_chunk), with the initial state cut and rwkv6's shared bonus u not (its gradient, a sum over
 every entry, is added group by group: equal to rounding, not to the bit)."""
 import fla_kernels  # noqa: F401  (sets the interpreter up before triton is imported)
 import pytest

@@ -173,7 +173,8 @@ def layer_rows(spec, case, impl, device, make_row, backward=True) -> list[dict]:
     segments = segment_bounds(case.T)
     broken_chain = _float64_chain_differs(layer, golden_fn, x, dy, segments, y64, g64, backward)
     # the baseline runs each call pattern itself: segments round differently from one call
-    baselines = {label: [_run(layer, fn, x, dy, bounds, backward)[:2] for fn in baseline_functions(spec, dtype)]
+    draws = baseline_functions(spec, dtype)
+    baselines = {label: [_run(layer, fn, x, dy, bounds, backward)[:2] for fn in draws]
                  for label, bounds in (("", whole), (" (segments)", segments)) if bounds}
     rows = [] if backward else [no_gradients_row(make_row, "")]
 
