@@ -168,36 +168,24 @@ def test_chunk_kernels_at_every_block_shape(op):
             raise AssertionError(f"K={K} V={V}: {error}") from None
 
 
-@pytest.mark.parametrize("op", ["delta_rule", "gated_delta_rule"])
-def test_heads_wider_than_the_widest_scalar_gate_take_the_per_channel_kernels(op):
-    """Past WIDEST_SCALAR_GATE a scalar gate (or none) runs on kda's kernels with the gate in every
-    key channel: every output and gradient, dg with the pairs' part from the pair matrices,
-    against the float64 loop. Up to it the scalar kernels take K 64 key columns at a time
-    (the block-shape test: K = 100 on the CPU, 256 on a GPU)."""
-    from fla_kernels.ops.common.chunk_delta import WIDEST_SCALAR_GATE
-    spec = OPS[op]
-    x = make_inputs(spec, 1, 70, 1, WIDEST_SCALAR_GATE + 8, 16, torch.float32, "normal", True, seed=8)
-    assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.float32)
-
-
-def test_a_scalar_gates_pair_gradient_is_its_pair_matrices_rows_less_columns():
-    """`scalar_pair_gate_grad` against autograd: for A_ts = exp(G_t - G_s) M_ts in chunks of 4
-    rows (T = 10: a short last chunk), the gradient of sum(dA * A) in G, strictly below the
-    diagonal, is what it returns; and the pairs cancel over each chunk."""
-    from fla_kernels.ops.common.chunk_pairs import scalar_pair_gate_grad
-    chunk, B, T, H = 4, 2, 10, 3
-    gen = torch.Generator().manual_seed(3)
-    G = torch.randn(B, T, H, dtype=torch.float64, generator=gen).requires_grad_()
-    M, dA = (torch.randn(B, T, H, chunk, dtype=torch.float64, generator=gen) for _ in range(2))
-    cols = torch.arange(T)[:, None] // chunk * chunk + torch.arange(chunk)[None, :]   # [T, chunk]
-    G_s = G[:, cols.clamp(max=T - 1)]                                             # [B, T, chunk, H]
-    A = torch.exp(G[:, :, None, :] - G_s).permute(0, 1, 3, 2) * M
-    strict = (cols < torch.arange(T)[:, None])[None, :, None, :]
-    (dA * A * strict).sum().backward()
-    got = scalar_pair_gate_grad(dA.float(), A.detach().float(), chunk).double()
-    assert torch.allclose(got, G.grad, rtol=1e-5, atol=1e-5)
-    per_chunk = torch.stack([got[:, i:i + chunk].sum(1) for i in range(0, T, chunk)])
-    assert per_chunk.abs().max() < 1e-5 * got.abs().max()
+@pytest.mark.parametrize("variant", ["chunk", "fused_recurrent"])
+@pytest.mark.parametrize("op", FAMILY)
+def test_a_key_head_wider_than_upstreams_limit_is_refused_before_any_launch(op, variant):
+    """K past WIDEST_KEY_HEAD (256, upstream's limit; the block-shape test runs K = 256 on a GPU):
+    one line naming the op and K, raised before any kernel launches."""
+    from fla_kernels.ops.common.chunk_delta import WIDEST_KEY_HEAD
+    from tests.gpu_compile import recording_launches
+    K = WIDEST_KEY_HEAD + 8
+    q, k = (torch.randn(1, 8, 1, K, device=DEVICE) for _ in range(2))
+    v, beta = torch.randn(1, 8, 1, 16, device=DEVICE), torch.rand(1, 8, 1, device=DEVICE)
+    gate = {"delta_rule": (), "gated_delta_rule": (-torch.rand(1, 8, 1, device=DEVICE),),
+            "kda": (-torch.rand(1, 8, 1, K, device=DEVICE),)}[op]
+    fn = OPS[op].variant_fn(variant)
+    with recording_launches() as launches, pytest.raises(ValueError) as info:
+        fn(q, k, v, *gate, beta)
+    assert str(info.value) == (f"{fn.__name__}: K = {K} is wider than {WIDEST_KEY_HEAD}, the widest key "
+                               "head these kernels take (upstream's limit too).")
+    assert launches == []
 
 
 def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent"):

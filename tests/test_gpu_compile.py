@@ -64,19 +64,21 @@ def test_simple_gla_without_a_gate_compiles_for_sm90():
     assert not failures, "\n\n".join(f"{f['name']}:\n{f['error']}" for f in failures)
 
 
-def test_scalar_gate_kernels_fit_the_h100_at_the_widest_scalar_gate():
-    """A scalar gate takes the scalar chunk kernels up to WIDEST_SCALAR_GATE (ops/common/chunk_delta.py),
-    on the promise that they fit the H100's shared memory there: the gated op's chunk variant at
-    K = V = that width compiles for sm_90 within the limit, forward and backward."""
-    from fla_kernels.ops.common.chunk_delta import WIDEST_SCALAR_GATE
-    spec = OPS["gated_delta_rule"]
-    width = WIDEST_SCALAR_GATE
+@pytest.mark.parametrize("op", ["gated_delta_rule", "kda"])
+def test_delta_chunk_kernels_fit_the_h100_at_the_widest_key_head(op):
+    """The delta ops take K up to WIDEST_KEY_HEAD (ops/common/chunk_delta.py), on the promise that
+    their chunk kernels fit the H100's shared memory there: a scalar gate's kernels and kda's
+    per-channel ones at K = V = that width compile for sm_90 within the limit, forward and
+    backward."""
+    from fla_kernels.ops.common.chunk_delta import WIDEST_KEY_HEAD
+    spec = OPS[op]
     with recording_launches() as records:
-        case = Case(op="gated_delta_rule", dtype="bf16", B=1, T=70, H=1, K=width, V=width, h0="grad",
-                    gate="normal", seed=0)
+        case = Case(op=op, dtype="bf16", B=1, T=70, H=1, K=WIDEST_KEY_HEAD, V=WIDEST_KEY_HEAD,
+                    h0="grad", gate="normal", seed=0)
         execute(spec.variant_fn("chunk"), spec, case, make_inputs(spec, case, torch.device("cpu")))
     records = distinct(records)
-    assert "pairs_kernel" not in {r["name"] for r in records}, "the scalar gate took the per-channel kernels"
+    per_channel = "pairs_kernel" in {r["name"] for r in records}
+    assert per_channel == (op == "kda"), "a scalar gate took the per-channel kernels, or kda did not"
     failures = [r for r in compile_records(records) if not r["ok"]]
     assert not failures, "\n\n".join(f"{f['name']} {f['constexprs']}:\n{f['error']}" for f in failures)
 

@@ -66,8 +66,7 @@ import triton.language as tl
 
 from fla_kernels.ops.common.autograd import needed, save_context, upstream
 from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel, cumgate_cols,
-                                                cumgate_row, cumgate_rows, decay,
-                                                scalar_pair_gate_grad)
+                                                cumgate_row, cumgate_rows, decay)
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
@@ -78,15 +77,11 @@ from fla_kernels.precision import product_settings, store_dtype
 
 CHUNK = 64   # tokens per chunk; `unit_lower_inverse` merges 16-row blocks up to it
 PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs.py)
-# past K = 256 a scalar gate (or none) takes the per-channel kernels, which form the pair matrices
-# in chunk_pairs.py, with the gate in every channel; a scalar gate's gradient then takes the pairs'
-# part from the pair matrices (`scalar_pair_gate_grad`), not as a sum of K channels' parts, whose
-# row and column roundings do not cancel (dg summed over t 2.7 x its bound at K = 256 on the
-# H100). Up to K = 256 the scalar kernels fit the H100's shared memory (180 KB at most per
-# kernel since the backward's chunk kernel was split and takes K 64 columns at a time; one
-# kernel holding all of K needed 282,624 bytes at K = 256): 3.1 x faster there than the
-# per-channel kernels (benchmarks/tuning.md)
-WIDEST_SCALAR_GATE = 256
+# the widest key head the chunk kernels take, as upstream's: at K = 256 a scalar gate's kernels fit
+# the H100's shared memory (180 KB at most per kernel since the backward's chunk kernel was split
+# and takes K 64 columns at a time) and kda's per-channel walks do; past it the per-channel
+# backward walk needs 294,912 bytes (fp32, K = 264) of the H100's 232,448
+WIDEST_KEY_HEAD = 256
 
 
 @triton.jit
@@ -594,14 +589,6 @@ def _settings(K, dtype, channel: bool) -> tuple:
                     pairs=pair_blocks, pair_grads=pair_blocks)
 
 
-def _every_channel(g, beta: torch.Tensor, K: int) -> torch.Tensor:
-    """The gate per key channel [B, T, H, K] for the per-channel kernels: g itself, a scalar gate
-    [B, T, H] in every channel, or zeros without a gate."""
-    if g is not None and g.dim() == 4:
-        return g
-    return (beta.new_zeros(beta.shape, dtype=torch.float32) if g is None else g)[..., None].expand(*beta.shape, K)
-
-
 def chunk_cumgate_channels(g: torch.Tensor, chunk: int) -> torch.Tensor:
     """[B, T, H, K] float64: the inclusive cumsum of g [B, T, H, K] inside each chunk of `chunk`
     rows (float64, so the pair kernels' differences of it keep float32 precision)."""
@@ -641,13 +628,13 @@ class ChunkDeltaFunction(torch.autograd.Function):
         V = v.shape[-1]
         N, NT = state_count(B, chunk_offsets), triton.cdiv(T, CHUNK)
         f32 = dict(dtype=torch.float32, device=q.device)
-        channel = (g is not None and g.dim() == 4) or K > WIDEST_SCALAR_GATE
+        channel = g is not None and g.dim() == 4
         BK, settings = _settings(K, q.dtype, channel)
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
                      **product_settings(q.dtype))
         gc = Akk = Aqk = None
         if channel:
-            gc = chunk_cumgate_channels(_every_channel(g, beta, K), CHUNK)
+            gc = chunk_cumgate_channels(g, CHUNK)
             Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
             launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
                    BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
@@ -703,8 +690,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dk, dw = torch.empty(k.shape, **f32), torch.empty(k.shape, **f32)
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
-        per_channel = g is not None and g.dim() == 4
-        dg = torch.empty(B, T, H, K, **f32) if channel else None if g is None else torch.empty(g.shape, **f32)
+        dg = None if g is None else torch.empty(g.shape, **f32)
         dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
         pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
@@ -716,11 +702,8 @@ class ChunkDeltaFunction(torch.autograd.Function):
             grads = settings["pair_grads"]
             launch(pair_grads_kernel, flat_grid(triton.cdiv(K, grads["BK"]), NT, B * H), q, k, gc, dAqk,
                    dAkk, dq, dk, dg, T, H=H, K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"],
-                   GATE_GRAD=per_channel, **grads)
-            if g is not None and not per_channel:
-                dg = (dg.sum(-1) + scalar_pair_gate_grad(dAqk, Aqk, CHUNK)
-                      + scalar_pair_gate_grad(dAkk, Akk, CHUNK))
-            dg = None if g is None else chunk_reverse_cumsum(dg, CHUNK)
+                   **grads)
+            dg = chunk_reverse_cumsum(dg, CHUNK)
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)

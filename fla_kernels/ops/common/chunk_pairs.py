@@ -13,7 +13,7 @@ Exponents are differences of the float64 cumsum, so they keep float32 precision 
 
 `pairs_kernel`: Akk = strictly_lower P(k, k), Aqk = lower P(q, k), float32 [B, T, H, BT].
 `pair_grads_kernel`: given D = dL/dAqk and E = dL/dAkk (lower, float32, from the backward's
-per-chunk kernels), adds their parts to dq, dk and (GATE_GRAD) dG, the gradient of G, in place:
+per-chunk kernels), adds their parts to dq, dk and dG, the gradient of G, in place:
     dq_t += sum_s D_ts k_s exp(G_t - G_s)         dk_s += sum_t D_ts q_t exp(G_t - G_s)
     dk_t += sum_s E_ts k_s exp(G_t - G_s)         dk_s += sum_t E_ts k_t exp(G_t - G_s)
     dG_t += a_t * (its row sum),                  dG_s -= b_s * (its column sum)
@@ -22,11 +22,8 @@ row of dG, so it is left out of dG instead of cancelling to rounding. The row an
 of one pair are formed by different products, so their roundings do not cancel in dG: with tf32
 operands (10 bits) the residue biased dg the same way at every token (fp16, H100: dg summed
 over t 1.1 to 4 times its bound, each element well inside its own), so those products are split
-to about 16 bits (`mma_split`). A gate shared by every channel (a scalar gate on these kernels)
-takes its gradient from the pair matrices themselves instead (`scalar_pair_gate_grad`): one set
-of numbers summed by rows and by columns, so the pairs cancel over a chunk as they should.
+to about 16 bits (`mma_split`).
 """
-import torch
 import triton
 import triton.language as tl
 
@@ -191,10 +188,9 @@ def _store_pairs(A, b_A, w_A, outside, row, c0, T, H: tl.constexpr, BT: tl.const
 
 @triton.jit(do_not_specialize=["T"])
 def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: tl.constexpr,
-                      BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr,
-                      GATE_GRAD: tl.constexpr):
+                      BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
     """Per chunk and block of BK key columns (each column's sums are its own): adds the pair
-    matrices' parts to dq, dk and (GATE_GRAD) dG [B, T, H, K] float32 in place."""
+    matrices' parts to dq, dk and dG [B, T, H, K] float32 in place."""
     i_k, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, i_k, T, H, K, BT, BK)
     r = tl.arange(0, BT)
@@ -209,22 +205,5 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rk + c + dd * b_q
     store_rows(dq, b_dq, base, c0, T, H, K, BT, BK, i_k)
     store_rows(dk, b_dk, base, c0, T, H, K, BT, BK, i_k)
-    if GATE_GRAD:
-        b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + b_q * rq + b_k * (rk - c)
-        store_rows(dG, b_dG, base, c0, T, H, K, BT, BK, i_k)
-
-
-def scalar_pair_gate_grad(dA: torch.Tensor, A: torch.Tensor, chunk: int) -> torch.Tensor:
-    """[B, T, H] float32: the pairs' part of the gradient of a scalar cumulative gate G, from a
-    pair matrix A [B, T, H, chunk] (row t of a chunk against its columns s) and its gradient dA.
-    A_ts carries exp(G_t - G_s), so Z = dA * A strictly below the diagonal adds its row sums at t
-    and takes its column sums away at s; the diagonal carries no gate."""
-    B, T, H, _ = A.shape
-    NT = -(-T // chunk)
-    local = torch.arange(NT * chunk, device=A.device) % chunk
-    strict = torch.arange(chunk, device=A.device)[None, :] < local[:, None]
-    Z = torch.zeros(B, NT * chunk, H, chunk, dtype=torch.float32, device=A.device)
-    Z[:, :T] = dA * A
-    Z = Z * strict[None, :, None, :]
-    columns = Z.view(B, NT, chunk, H, chunk).sum(2).transpose(2, 3).reshape(B, NT * chunk, H)
-    return (Z.sum(-1) - columns)[:, :T]
+    b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + b_q * rq + b_k * (rk - c)
+    store_rows(dG, b_dG, base, c0, T, H, K, BT, BK, i_k)

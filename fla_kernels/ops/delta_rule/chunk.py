@@ -10,7 +10,7 @@ def chunk_delta_rule(q, k, v, beta, scale=None, initial_state=None, output_final
                      use_qk_l2norm_in_kernel=False, cu_seqlens=None):
     """The delta rule, chunk by chunk; arguments and results as `fused_recurrent_delta_rule`'s.
 
-    q, k: [B, T, H, K] (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
+    q, k: [B, T, H, K], K at most 256 (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
     here); v: [B, T, H, V]; beta: [B, T, H], the step size in (0, 1). One dtype (fp32, fp16 or
     bf16), but beta may be float32 beside 16-bit q, k, v. initial_state: [B, H, K, V] float32 or
     None. scale defaults to K ** -0.5. Returns (o [B, T, H, V] in the inputs' dtype, final state

@@ -12,7 +12,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     `fused_recurrent_gated_delta_rule`'s (g [B, T, H] before beta, as upstream's
     chunk_gated_delta_rule takes them).
 
-    q, k: [B, T, H, K] (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
+    q, k: [B, T, H, K], K at most 256 (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
     here); v: [B, T, H, V]; g: [B, T, H], one log decay <= 0 per head and step; beta: [B, T, H],
     the step size in (0, 1). One dtype (fp32, fp16 or bf16), but g and beta may be float32
     beside 16-bit q, k, v. initial_state: [B, H, K, V] float32 or None. scale defaults to

@@ -11,7 +11,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state
                                      cu_seqlens=None):
     """The gated delta rule, token by token.
 
-    q, k: [B, T, H, K] (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
+    q, k: [B, T, H, K], K at most 256 (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
     here); v: [B, T, H, V]; g: [B, T, H], one log decay <= 0 per head and step; beta: [B, T, H],
     the step size in (0, 1). g comes before beta, as in upstream's chunk_gated_delta_rule (its
     fused_recurrent_gated_delta_rule puts gk and gv between them). One dtype (fp32, fp16 or

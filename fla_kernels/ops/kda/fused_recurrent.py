@@ -10,7 +10,7 @@ def fused_recurrent_kda(q, k, v, g, beta, scale=None, initial_state=None, output
                         use_qk_l2norm_in_kernel=False, cu_seqlens=None):
     """Kimi delta attention, token by token.
 
-    q, k: [B, T, H, K] (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
+    q, k: [B, T, H, K], K at most 256 (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
     here); v: [B, T, H, V]; g: [B, T, H, K], log decays <= 0 per key channel, applied before the
     delta update; beta: [B, T, H], the step size in (0, 1). One dtype (fp32, fp16 or bf16), but
     g and beta may be float32 beside 16-bit q, k, v. initial_state: [B, H, K, V] float32 or
