@@ -44,9 +44,17 @@ def worker_devices(jobs: int) -> list[str | None]:
     return [gpus[i % len(gpus)] if gpus else None for i in range(jobs)]
 
 
+# A case's fixed work (launches, checks, small goldens) in units of its size term below. Measured
+# on 4 H200 over the bf16 gpu preset of every op: shard 1/96 (one case, B2 T43884 H4 K=V=256, size
+# 2.3e10) ran 7.9 s on one GPU, shard 1/48 (91 cases, size 3.8e10) 177 s, so a case costs about
+# 1.8 s plus 2.6e-10 s per unit; without this part a shard of one large case was dealt as much
+# work as one of 91 (benchmarks/multi_gpu.md).
+CASE_OVERHEAD = 7 * 10**9
+
+
 def case_cost(case) -> int:
-    """A case's work, roughly: its tokens times its state size (the long cases first)."""
-    return case.B * case.T * max(case.H, 1) * max(case.K, 1) * max(case.V, 1)
+    """A case's work, roughly: CASE_OVERHEAD plus its tokens times its state size."""
+    return CASE_OVERHEAD + case.B * case.T * max(case.H, 1) * max(case.K, 1) * max(case.V, 1)
 
 
 def dealing_order(plan, indices) -> list[int]:

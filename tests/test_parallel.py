@@ -122,6 +122,16 @@ def test_shards_split_every_case_once_by_cost_the_same_way_each_time():
         k for k, (_, c, _) in enumerate(plan) if c.T == 4096 and c.H == 4)
 
 
+def test_a_shard_of_one_large_case_also_takes_small_ones():
+    """Every case has a fixed cost (CASE_OVERHEAD) besides its size: with one case three times that
+    and twelve whose size is next to nothing, two shards take 1 + 4 and 8 cases, not 1 and 12."""
+    big = Case(op="toy", dtype="fp32", B=1, T=3 * parallel.CASE_OVERHEAD // 256, H=1, K=16, V=16,
+               h0="none", gate="normal", seed=0)
+    plan = [(None, big, None)] + [(None, case(T), None) for T in range(1, 13)]
+    first, second = (shard_indices(plan, (i, 2)) for i in (1, 2))
+    assert (first[0], len(first), len(second)) == (0, 5, 8)
+
+
 def test_a_worker_keeps_to_its_op_then_takes_one_no_other_worker_is_on():
     plan = [(None, Case(op=op, dtype="fp32", B=1, T=T, H=1, K=16, V=16, h0="none", gate="normal",
                         seed=0), None) for op, T in (("a", 900), ("b", 800), ("c", 700), ("a", 10))]
