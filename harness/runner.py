@@ -19,7 +19,7 @@ from harness.goldens import golden_and_baseline
 from harness.inputs import CaseInputs, make_inputs
 from harness.metrics import compare_sums, compare_to_golden, compare_variants
 from harness.packing import name_sequences
-from harness.sampling import choose_sample
+from harness.sampling import Sample, choose_sample
 from harness import upstream
 from harness.declaration import OpSpec, load_function
 from harness.tolerance import tolerance_for
@@ -94,7 +94,7 @@ def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
     golden, baseline = golden_and_baseline(spec, case, inputs, cache)
     shapes = tensor_shapes(spec)
     expected = expected_tensors(spec, case)
-    names = [n for n in expected if sample is None or shapes[n][:2] in (("B", "T"), ("B", "H"))]
+    names = [n for n in expected if sample is None or Sample.covers(shapes[n])]
     dtypes = contract_dtypes(spec, case, inputs)
     tolerances = {name: tolerance_for(case.op, name, case.activation_dtype, inputs.longest,
                                       DTYPE_NAMES[dtypes[name]]) for name in names}

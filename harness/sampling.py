@@ -30,20 +30,23 @@ class Sample:
     tokens: torch.Tensor | None = None
     lengths: tuple = ()
 
+    @staticmethod
+    def covers(shape: tuple) -> bool:
+        """Whether a tensor of symbolic `shape` has a part per batch row and head ([B, T, H, ...],
+        states [B, H, ...] or [B, 1, H, ...]); a parameter shared by every row has none."""
+        return tuple(shape[:1]) == ("B",) and "H" in shape
+
     def take(self, shape: tuple, x: torch.Tensor | None) -> torch.Tensor | None:
         """The sampled part of a tensor of symbolic `shape`: [B, T, H, ...] tensors at the sampled
-        rows' tokens and head, states [B, H, ...] at the sampled rows and head; None for anything
-        shared by every row (a parameter such as rwkv6's u), which a sample cannot compare."""
-        if x is None:
+        rows' tokens and head, states at the sampled rows and head; None for anything shared by
+        every row (a parameter such as rwkv6's u), which a sample cannot compare."""
+        if x is None or not self.covers(shape):
             return None
-        h = slice(self.head, self.head + 1)
-        rows = torch.tensor(self.rows, device=x.device)
-        if tuple(shape[:3]) == ("B", "T", "H"):
-            picked = x.index_select(1, self.tokens.to(x.device)) if self.tokens is not None else x.index_select(0, rows)
-            return picked[:, :, h]
-        if tuple(shape[:2]) == ("B", "H"):
-            return x.index_select(0, rows)[:, h]
-        return None
+        if tuple(shape[:2]) == ("B", "T") and self.tokens is not None:
+            picked = x.index_select(1, self.tokens.to(x.device))
+        else:
+            picked = x.index_select(0, torch.tensor(self.rows, device=x.device))
+        return picked.narrow(shape.index("H"), self.head, 1)
 
     def inputs(self, spec, full: CaseInputs) -> CaseInputs:
         """The case's inputs restricted to the sample, for the references: a parameter over heads

@@ -81,3 +81,37 @@ def test_a_sampled_case_runs_every_check_on_the_sample():
     rows = run_case(gsa, c, impls, torch.device(DEVICE), checks=("segments", "options"))
     bad = [(r["check"], r["tensor"], r["message"]) for r in rows if r["verdict"] not in ("PASS",)]
     assert not bad, bad
+
+
+
+def _zt_zeroed_at_the_last_row_and_head(q, k, v, scale=None, initial_state=None, output_final_state=False,
+                                        normalize=False, cu_seqlens=None):
+    """chunk_linear_attn, but with normalize its final key sum zt [B, 1, H, K] is zero at the last
+    row and head."""
+    from fla_kernels.ops.linear_attn import chunk_linear_attn
+    o, final = chunk_linear_attn(q, k, v, scale, initial_state, output_final_state, normalize, cu_seqlens)
+    if normalize and final is not None:
+        ht, zt = final
+        zt = zt.clone()
+        zt[-1, :, -1] = 0.0
+        final = (ht, zt)
+    return o, final
+
+
+def test_a_state_laid_out_b_1_h_k_is_sampled_and_compared():
+    """Linear attention's normaliser state z [B, 1, H, K] is taken at the sampled rows and head:
+    with normalize, a sampled case's options rows pass for our kernel, and one whose zt is wrong
+    only at the last row and head fails there."""
+    assert sampling.Sample((0, 2), 1).take(("B", 1, "H", "K"), torch.arange(24.0).reshape(3, 1, 2, 4)).tolist() == [
+        [[[4.0, 5.0, 6.0, 7.0]]], [[[20.0, 21.0, 22.0, 23.0]]]]
+    spec = get_op("linear_attn")
+    c = replace(PLAIN, op="linear_attn", K=8, V=8, T=20, h0="grad")
+    good = replace(impl("baseline_like"), fn=spec.variant_fn("chunk"), variant="chunk")
+    rows = run_case(spec, c, [good], torch.device(DEVICE), checks=("options",))
+    normalized = [r for r in rows if r["check"] == "options" and "normalize" in r["message"] + r["tensor"]]
+    assert {r["tensor"] for r in normalized} >= {"zt (normalize)", "dz0 (normalize)"}
+    assert {r["verdict"] for r in normalized} == {"PASS"}, [r["message"] for r in normalized]
+    wrong = replace(good, fn=_zt_zeroed_at_the_last_row_and_head)
+    rows = run_case(spec, c, [wrong], torch.device(DEVICE), checks=("options",))
+    failed = {r["tensor"] for r in rows if r["verdict"] == "FAIL"}   # zeroed, zt passes dk and dz0 nothing
+    assert failed == {"zt (normalize)", "dk (normalize)", "dz0 (normalize)"}, failed
