@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import torch
 
 from harness import (allocations, cases, declaration, execution, goldens, inputs, interpreted_upstream, metrics,
-                     packing, tolerance)
+                     packing, sampling, tolerance)
 from harness.cases import (DTYPE_CHOICES, DTYPE_NAMES, EXTREME_GATE, GATES, H0_OPTIONS, MIXED_DTYPES,
                            OWN_SYMBOLS, Case)
 from reports.schema import SHAPE
@@ -28,7 +28,7 @@ from harness.checks.segments import segment_bounds
 from harness.declaration import OpSpec, load_function
 from harness.inputs import packed_lengths
 from harness.registry import get_op
-from harness.runner import _seq_layout, contract_dtypes, expected_tensors
+from harness.runner import _seq_layout, contract_dtypes, expected_tensors, tensor_shapes
 from harness.tolerance import tolerance_for
 
 _COUNT = r"[1-9][0-9]*"
@@ -58,7 +58,8 @@ _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.Option
                 packing.sequence_count, packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
                 inputs.CaseInputs, inputs._generator, inputs.of_kind, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
-                execution.execute, execution.describe_error, goldens.golden_and_baseline)
+                execution.execute, execution.describe_error, goldens.golden_and_baseline,
+                sampling.Sample, sampling.reference_states, sampling.choose_sample)
 
 
 def parse_case_id(case_id: str) -> Case:
@@ -154,7 +155,8 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
             ("DTYPES", cases.DTYPES), ("MIXED_DTYPES", MIXED_DTYPES), ("SHAPE", SHAPE),
             ("CORE_SYMBOLS", declaration.CORE_SYMBOLS), ("CHUNK", packing.CHUNK),
             ("OWN_SYMBOLS", OWN_SYMBOLS),
-            ("GATES", GATES), ("EXTREME_GATE", EXTREME_GATE))),
+            ("GATES", GATES), ("EXTREME_GATE", EXTREME_GATE),
+            ("GOLDEN_LIMIT", sampling.GOLDEN_LIMIT), ("STATE_LIMIT", sampling.STATE_LIMIT))),
         "core_source": _sources(_COPIED_CORE),
         "tolerance_source": _sources(_COPIED_TOLERANCE),
         "metrics_source": _sources(_COPIED_METRICS),
@@ -188,7 +190,8 @@ def _names(names) -> str:
 
 
 def _tensor_tables(spec: OpSpec, case: Case) -> dict:
-    """Per tensor of the case: the dtype it must come back in, its tolerance, its layout."""
+    """Per tensor of the case: the dtype it must come back in, its tolerance, its layout and
+    symbolic shape."""
     spec = spec.under(case.option)
     names = expected_tensors(spec, case)
     drawn = SimpleNamespace(tensors={s.name: torch.empty(0, dtype=case.gate_dtype if s.kind == "gate" else
@@ -202,6 +205,7 @@ def _tensor_tables(spec: OpSpec, case: Case) -> dict:
         "expected_dtypes": "\n".join(f"    {_literal(n)}: {dtypes[n]}," for n in names),
         "tolerances": "\n".join(f"    {_literal(n)}: {rows[n]!r}," for n in names),
         "sequence_tensors": _names([n for n in names if _seq_layout(spec, n)]),
+        "shapes": "{" + ", ".join(f"{_literal(n)}: {tensor_shapes(spec)[n]!r}" for n in names) + "}",
     }
 
 
@@ -215,11 +219,13 @@ TEMPLATE = '''\
 Function under test: $under_test.
 $segments_note
 The script stands alone (no harness import). It draws the case's inputs exactly as the harness
-does, bit for bit, runs forward and backward of the function under test, computes the float64
-golden (the op's reference loop, its chunked form beyond SPEC.loop_max_T steps, on the inputs upcast
+does, bit for bit, runs forward and backward of the function under test (first, so that a call
+that raises shows before the golden takes its memory), computes the float64 golden (the op's reference loop, its chunked form beyond SPEC.loop_max_T steps, on the inputs upcast
 exactly) and the same-dtype baseline (the chunked reference with its matrix-product operands in
 $dtype, as a straightforward kernel would compute it), and prints one line per output and
-gradient: the numbers a sweep reports for it.
+gradient: the numbers a sweep reports for it. A case too large for a whole float64 golden (more
+than GOLDEN_LIMIT elements in an input, or STATE_LIMIT in the references' states) is compared on
+the sweep's sample: three batch rows (or packed sequences) at the last head.
 
 Run it where fla_kernels and references import (the repository root, or after pip install -e .):
 
@@ -241,6 +247,7 @@ Columns, per tensor X, with X64 its golden and Xb its baseline:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import math
@@ -314,17 +321,18 @@ TOLERANCES = {
 $tolerances
 }
 SEQUENCE_TENSORS = $sequence_tensors  # [B, T, H, ...] tensors: a NaN/Inf is located as (b, t, h)
+SHAPES = $shapes
 
 
 $metrics_source
 
 
-def compare(results: dict, golden: dict, baseline: dict) -> dict:
+def compare(results: dict, golden: dict, baseline: dict, names) -> dict:
     """{tensor: its metrics against the golden (err, base_err, floor, bound, ratio, nan, inf,
-    first_bad, verdict, message)}."""
+    first_bad, verdict, message)} for each of `names`."""
     return {name: compare_to_golden(results.get(name), golden[name], baseline[name], TOLERANCES[name],
                                     name in SEQUENCE_TENSORS, EXPECTED_DTYPES[name])
-            for name in TENSORS}
+            for name in names}
 
 
 # Report -----------------------------------------------------------------------------------------
@@ -363,10 +371,24 @@ def print_case():
 if __name__ == "__main__":
     print_case()
     inputs = make_inputs(SPEC, CASE, DEVICE)
+    try:
+        with nan_filled_allocations("fla_kernels", TARGET.split(".")[0].split(":")[0]):
+            results = run(function_under_test, inputs, segments=SEGMENTS)
+    except Exception as exc:   # the sweep's ERROR row; the outputs it returned are still compared
+        print(f"ERROR: {describe_error(exc)}\\n")
+        results = getattr(exc, "forward", None) or {}
+        if not results:
+            sys.exit(1)
+    names = TENSORS
+    sample = choose_sample(SPEC, CASE, inputs)
+    if sample is not None:
+        names = [name for name in TENSORS if Sample.covers(SHAPES[name])]
+        print(f"golden on a sample: {sample.describe(CASE.packed)} (too large for a whole float64 "
+              f"golden); no golden for {', '.join(sorted(set(TENSORS) - set(names))) or 'none'}\\n")
+        inputs = sample.inputs(SPEC, inputs)
+        results = {name: sample.take(SHAPES[name], x) for name, x in results.items() if name in SHAPES}
     golden, baseline = golden_and_baseline_of_case(inputs)
-    with nan_filled_allocations("fla_kernels", TARGET.split(".")[0].split(":")[0]):
-        results = run(function_under_test, inputs, segments=SEGMENTS)
-    metrics = compare(results, golden, baseline)
+    metrics = compare(results, golden, baseline, names)
     print_table(metrics)
     failed = [name for name, m in metrics.items() if m["verdict"] != "PASS"]
     print(f"\\n{'FAIL: ' + ', '.join(failed) if failed else 'PASS'} "

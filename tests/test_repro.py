@@ -225,3 +225,25 @@ def test_our_kernel_over_segments_with_two_states_matches_the_sweep(tmp_path, wi
     assert code == 0, output
     target = get_op("gsa").variants["fused_recurrent"]
     assert_same_as_harness(printed, harness_rows(case_id, target, "segments", "fused_recurrent"))
+
+
+def test_a_case_too_large_for_a_whole_golden_is_compared_on_the_sweeps_sample(tmp_path, without_harness,
+                                                                               monkeypatch):
+    """Past GOLDEN_LIMIT the script compares on the sample the sweep takes, with its numbers; a
+    parameter shared by every row is left out, where the sweep has a SKIP row."""
+    from harness import sampling
+    monkeypatch.setattr(sampling, "GOLDEN_LIMIT", 100)
+    target = implementation("baseline_like")
+    code, printed, output = run_script(write_repro(ONE_CASE, tmp_path, target=target), without_harness)
+    assert code == 0, output
+    assert "golden on a sample: batch rows 0, 1 at head 1" in output and "no golden for du" in output
+    rows = harness_rows(ONE_CASE, target)
+    assert rows.pop("du")["verdict"] == "SKIP"
+    assert_same_as_harness(printed, rows)
+
+
+def test_a_function_that_raises_is_one_error_line_and_exit_1(tmp_path, without_harness):
+    code, printed, output = run_script(write_repro(ONE_CASE, tmp_path, target=implementation("raises_in_forward")),
+                                       without_harness)
+    assert code == 1 and printed == {}, output
+    assert "\nERROR: RuntimeError: planted failure in forward\n" in output, output
