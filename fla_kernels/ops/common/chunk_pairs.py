@@ -30,6 +30,8 @@ import triton.language as tl
 from fla_kernels.ops.common.dot import mma_split
 from fla_kernels.ops.common.tiles import gather_rows, head_program, load_rows, load_rows_t, store_rows
 
+SPLIT_SPAN = tl.constexpr(60.0)   # the largest decay within a block whose exponent is split at its first row
+
 
 @triton.jit
 def cumgate_rows(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
@@ -102,22 +104,35 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
         part += mma_split(tl.where(prev, Et, 0.0), kX - k_before, FP32_DOT)
         c += tl.where(prev, part * X, 0.0)
     first = (r // BC) * BC
-    for j in range(BC):
-        src = first + j
-        m_src = (c0 + src) < T
-        k_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
-        q_j = gather_rows(q, base, c0 + src, m_src, H, K, BK, i_k)
-        after = (r % BC > j)[:, None]
-        diff = G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k)
-        X = decay(tl.where(after, diff, -diff))
-        below, above = r % BC > j, r % BC < j
-        d_q = pair_entries(dAqk, row, c0, r, src, below, T, H, BT)
-        d_k = pair_entries(dAkk, row, c0, r, src, below, T, H, BT)
-        rq += d_q[:, None] * k_j * X
-        rk += d_k[:, None] * k_j * X
-        c_q = pair_entries(dAqk, row, c0, src, r, above, T, H, BT)
-        c_k = pair_entries(dAkk, row, c0, src, r, above, T, H, BT)
-        c += (c_q[:, None] * q_j + c_k[:, None] * k_j) * X
+    G_r = cumgate_rows(gc, base, c0 + first, (c0 + first) < T, H, K, BK, i_k)
+    rise = tl.where((c0 + r < T)[:, None], G_r - G, 0.0)
+    if tl.max(tl.max(rise, axis=1), axis=0) <= SPLIT_SPAN:
+        fall, up = decay(-rise), tl.exp(rise.to(tl.float32))
+        same = (r[:, None] // BC) == (r[None, :] // BC)
+        below, above = same & (r[:, None] > r[None, :]), same & (r[:, None] < r[None, :])
+        k_up = b_k * up
+        rq += fall * mma_split(tl.where(below, D, 0.0), k_up, FP32_DOT)
+        rk += fall * mma_split(tl.where(below, E, 0.0), k_up, FP32_DOT)
+        part = mma_split(tl.where(above, Dt, 0.0), b_q * fall, FP32_DOT)
+        part += mma_split(tl.where(above, Et, 0.0), b_k * fall, FP32_DOT)
+        c += up * part
+    else:
+        for j in range(BC):
+            src = first + j
+            m_src = (c0 + src) < T
+            k_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
+            q_j = gather_rows(q, base, c0 + src, m_src, H, K, BK, i_k)
+            after = (r % BC > j)[:, None]
+            diff = G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k)
+            X = decay(tl.where(after, diff, -diff))
+            below, above = r % BC > j, r % BC < j
+            d_q = pair_entries(dAqk, row, c0, r, src, below, T, H, BT)
+            d_k = pair_entries(dAkk, row, c0, r, src, below, T, H, BT)
+            rq += d_q[:, None] * k_j * X
+            rk += d_k[:, None] * k_j * X
+            c_q = pair_entries(dAqk, row, c0, src, r, above, T, H, BT)
+            c_k = pair_entries(dAkk, row, c0, src, r, above, T, H, BT)
+            c += (c_q[:, None] * q_j + c_k[:, None] * k_j) * X
     return rq, rk, c
 
 
@@ -137,16 +152,16 @@ def _chunk_tiles(q, k, gc, i_c, row, i_k, T, H: tl.constexpr, K: tl.constexpr, B
 def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                  BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
     """Per chunk: Akk (strictly lower) and Aqk (lower) [B, T, H, BT] float32, summed over K a
-    block of BK key columns at a time; the pairs of a row with its own block's rows are kept
-    [BT, BC] wide (column j of the block), not spread over [BT, BT] at every step."""
+    block of BK key columns at a time. A block's own pairs are one product where its decay is
+    at most SPLIT_SPAN in every channel, the exponent split at the block's first row r:
+    exp(G_t - G_s) = exp(G_t - G_r) exp(G_r - G_s), the second factor at most exp(SPLIT_SPAN);
+    past that they are summed a column at a time, every exponent <= 0."""
     i_c, _, _, _, _, row = head_program(T, H, tl.cdiv(T, BT), 1)
     r = tl.arange(0, BT)
     first = (r // BC) * BC
+    same = (r[:, None] // BC) == (r[None, :] // BC)
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)
     b_qk = tl.zeros([BT, BT], dtype=tl.float32)
-    jj = tl.arange(0, BC)
-    w_kk = tl.zeros([BT, BC], dtype=tl.float32)
-    w_qk = tl.zeros([BT, BC], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
         c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, i_k, T, H, K, BT, BK)
         t = c0 + r
@@ -159,31 +174,25 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
             dec = decay(b_G - G_e[None, :])
             b_kk += tl.where(in_I, mma_split(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT), 0.0)
             b_qk += tl.where(in_I, mma_split(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT), 0.0)
-        for j in range(BC):
-            src = first + j
-            m_src = (c0 + src) < T
-            b_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
-            dec = b_j * decay(b_G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k))
-            at = jj[None, :] == j
-            w_kk += tl.where(at & (r % BC > j)[:, None], tl.sum(b_k * dec, axis=1)[:, None], 0.0)
-            w_qk += tl.where(at & (r % BC >= j)[:, None], tl.sum(b_q * dec, axis=1)[:, None], 0.0)
+        G_r = cumgate_rows(gc, base, c0 + first, (c0 + first) < T, H, K, BK, i_k)
+        rise = tl.where((t < T)[:, None], G_r - b_G, 0.0)
+        if tl.max(tl.max(rise, axis=1), axis=0) <= SPLIT_SPAN:
+            fall = decay(-rise)
+            up = tl.trans(b_k * tl.exp(rise.to(tl.float32)))
+            b_kk += tl.where(same & (r[:, None] > r[None, :]), mma_split(b_k * fall, up, FP32_DOT), 0.0)
+            b_qk += tl.where(same & (r[:, None] >= r[None, :]), mma_split(b_q * fall, up, FP32_DOT), 0.0)
+        else:
+            for j in range(BC):
+                src = first + j
+                m_src = (c0 + src) < T
+                b_j = gather_rows(k, base, c0 + src, m_src, H, K, BK, i_k)
+                dec = b_j * decay(b_G - cumgate_rows(gc, base, c0 + src, m_src, H, K, BK, i_k))
+                at = r[None, :] == src[:, None]
+                b_kk += tl.where(at & (r % BC > j)[:, None], tl.sum(b_k * dec, axis=1)[:, None], 0.0)
+                b_qk += tl.where(at & (r % BC >= j)[:, None], tl.sum(b_q * dec, axis=1)[:, None], 0.0)
     c0 = i_c * BT
-    outside = (r[:, None] // BC) != (r[None, :] // BC)
-    _store_pairs(Akk, b_kk, w_kk, outside, row, c0, T, H, BT, BC)
-    _store_pairs(Aqk, b_qk, w_qk, outside, row, c0, T, H, BT, BC)
-
-
-@triton.jit
-def _store_pairs(A, b_A, w_A, outside, row, c0, T, H: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
-    """Store a chunk's pair matrix into A [B, T, H, BT]: b_A [BT, BT] outside the diagonal blocks,
-    w_A [BT, BC] (row t's pairs with its own block's BC rows) inside them. The two stores touch
-    disjoint elements, so their order does not matter."""
-    r = tl.arange(0, BT)
-    t = c0 + r
-    rows = row * BT + t.to(tl.int64)[:, None] * (H * BT)
-    tl.store(A + rows + r[None, :], b_A, mask=(t[:, None] < T) & outside)
-    cols = (r // BC * BC)[:, None] + tl.arange(0, BC)[None, :]
-    tl.store(A + rows + cols, w_A, mask=(t[:, None] < T) & (cols < BT))
+    store_rows(Akk, b_kk, row * BT, c0, T, H, BT, BT, BT, 0)
+    store_rows(Aqk, b_qk, row * BT, c0, T, H, BT, BT, BT, 0)
 
 
 @triton.jit(do_not_specialize=["T"])
