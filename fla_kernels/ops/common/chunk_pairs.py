@@ -7,8 +7,11 @@ gates (`chunk_cumgate_channels`):
 The exponent is never split as exp(G_t) exp(-G_s), which overflows under strong decay. The rows
 are taken in blocks of BC = 16: rows of block I against every column before it are one product
 of a_I exp(G_I - G_e) and b_s exp(G_e - G_s) with e the last row before I, both exponents <= 0
-(a factor that underflows bounds a product smaller still); the pairs inside one block are summed
-a column at a time, every block's j-th column at once (rows gathered), exponents <= 0 again.
+(a factor that underflows bounds a product smaller still). The pairs inside one block are one
+product too where the block's decay is at most SPLIT_SPAN (60) in every channel: the exponent
+is split at the block's first row r, exp(G_t - G_r) exp(G_r - G_s), the second factor at most
+exp(60), far inside float32; past that span (the extreme gate's -60 a step) they are summed a
+column at a time, every block's j-th column at once (rows gathered), exponents <= 0 again.
 Exponents are differences of the float64 cumsum, so they keep float32 precision at any decay.
 
 `pairs_kernel`: Akk = strictly_lower P(k, k), Aqk = lower P(q, k), float32 [B, T, H, BT].
