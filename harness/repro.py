@@ -220,12 +220,14 @@ Function under test: $under_test.
 $segments_note
 The script stands alone (no harness import). It draws the case's inputs exactly as the harness
 does, bit for bit, runs forward and backward of the function under test (first, so that a call
-that raises shows before the golden takes its memory), computes the float64 golden (the op's reference loop, its chunked form beyond SPEC.loop_max_T steps, on the inputs upcast
-exactly) and the same-dtype baseline (the chunked reference with its matrix-product operands in
+that raises shows before the golden takes its memory), computes the float64 golden (the op's
+reference loop, its chunked form beyond SPEC.loop_max_T steps, on the inputs upcast exactly) and
+the same-dtype baseline (the chunked reference with its matrix-product operands in
 $dtype, as a straightforward kernel would compute it), and prints one line per output and
 gradient: the numbers a sweep reports for it. A case too large for a whole float64 golden (more
 than GOLDEN_LIMIT elements in an input, or STATE_LIMIT in the references' states) is compared on
-the sweep's sample: three batch rows (or packed sequences) at the last head.
+the sweep's sample: the first, the last and one drawn batch row (or packed sequence) at the
+last head.
 
 Run it where fla_kernels and references import (the repository root, or after pip install -e .):
 

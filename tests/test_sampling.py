@@ -83,7 +83,6 @@ def test_a_sampled_case_runs_every_check_on_the_sample():
     assert not bad, bad
 
 
-
 def _zt_zeroed_at_the_last_row_and_head(q, k, v, scale=None, initial_state=None, output_final_state=False,
                                         normalize=False, cu_seqlens=None):
     """chunk_linear_attn, but with normalize its final key sum zt [B, 1, H, K] is zero at the last
