@@ -46,8 +46,8 @@ _CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>{''.join(f'[-{s}<n>]' for s 
 # at the top of TEMPLATE.
 _COPIED_TOLERANCE = (tolerance.Tolerance,)
 _COPIED_METRICS = (metrics._max, metrics.half_ulp, metrics.first_bad_index, metrics.worst_index,
-                   metrics.nonfinite_counts, metrics.compare_to_golden, metrics._name, metrics._missing,
-                   metrics._bound_sentence)
+                   metrics.nonfinite_counts, metrics._baseline_error, metrics.compare_to_golden,
+                   metrics._name, metrics._missing, metrics._bound_sentence)
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
 # What lets an upstream kernel run in the interpreter without a GPU; copied for targets not ours.
 _COPIED_INTERPRETED = (interpreted_upstream.needed, interpreted_upstream.prepare, interpreted_upstream._untimed)
@@ -156,7 +156,8 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
             ("CORE_SYMBOLS", declaration.CORE_SYMBOLS), ("CHUNK", packing.CHUNK),
             ("OWN_SYMBOLS", OWN_SYMBOLS),
             ("GATES", GATES), ("EXTREME_GATE", EXTREME_GATE),
-            ("GOLDEN_LIMIT", sampling.GOLDEN_LIMIT), ("STATE_LIMIT", sampling.STATE_LIMIT))),
+            ("GOLDEN_LIMIT", sampling.GOLDEN_LIMIT), ("STATE_LIMIT", sampling.STATE_LIMIT),
+            ("FEW_ELEMENTS", metrics.FEW_ELEMENTS), ("CHANCE_SIGMAS", metrics.CHANCE_SIGMAS))),
         "core_source": _sources(_COPIED_CORE),
         "tolerance_source": _sources(_COPIED_TOLERANCE),
         "metrics_source": _sources(_COPIED_METRICS),
