@@ -5,7 +5,8 @@
 # CORE_WHEEL: fla-core's; LAYER_WHEELS_DIR: flash-linear-attention's and its needs (transformers...).
 # flash-linear-attention's wheel has no fla/__init__.py, so fla-core's fla/ is copied over its own.
 # AUTOTUNE_DIR: fla's autotune results from an earlier lease (fla_autotune.sh). LIMIT: seconds for
-# the whole run (default 500); a job whose folder holds rows from an earlier run resumes it.
+# the whole run (default 500); a job whose folder holds rows from an earlier run resumes it
+# (else starts it afresh).
 set -u
 out=${1:?output folder}; core=${2:?fla-core wheel}; layers=${3:?layer wheels folder}; tuned=${4:-}
 site=${SITE:-/tmp/fla-layers}
@@ -19,7 +20,7 @@ export PYTHONPATH="$site:${PYTHONPATH:-}"
 restore_autotune "$tuned"
 jobs=()
 for op in ${OPS:-gla gsa rwkv6 delta_rule gated_delta_rule kda linear_attn}; do
-    jobs+=("again=; [ -f $out/$op/results.csv ] && again=--resume
+    jobs+=("again=--force; [ -f $out/$op/results.csv ] && again=--resume
         timeout -k 30 -s INT \$LEFT python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-bf16} \
         --B 2 --T 100 --H 2 --K 64 --V 64 --M 64 --h0 none --gate normal --variant ${VARIANT:-chunk} \
         --checks layer --quiet --out $out/$op \$again >> $out/$op.log 2>&1

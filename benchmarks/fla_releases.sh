@@ -10,9 +10,9 @@
 # transformers such a release was made for), goes on PYTHONPATH after the release. OPS, DTYPES
 # (comma-separated), TS, GPUS (indices, default every GPU), LANES (jobs at once per GPU, default
 # 1) and LIMIT (seconds for the whole run, default 500) choose the grid and the machine; a job
-# whose folder holds rows from an earlier run resumes it. TUNED, a folder of fla's autotune
-# results kept between runs (fla_autotune.sh), spares the releases' first calls minutes of
-# autotuning.
+# whose folder holds rows from an earlier run resumes it (else starts it afresh). TUNED, a
+# folder of fla's autotune results kept between runs (fla_autotune.sh), spares the releases'
+# first calls minutes of autotuning.
 set -u
 out=${1:?output folder}; shift
 mkdir -p "$out"
@@ -35,7 +35,7 @@ for release in "$@"; do
     mkdir -p "$out/$name"
     for op in ${OPS:-linear_attn simple_gla gla rwkv6 gsa delta_rule gated_delta_rule kda}; do
         dir="$out/$name/$op"
-        jobs+=("again=; [ -f $dir/results.csv ] && again=--resume
+        jobs+=("again=--force; [ -f $dir/results.csv ] && again=--resume
             PYTHONPATH=$site${deps:+:$deps}:${PYTHONPATH:-} timeout -k 30 -s INT \$LEFT \
             python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-fp32,bf16} --T ${TS:-1,65,1000} \
             --H 2 --K 64 --V 64 --M 64 --quiet --out $dir \$again >> $dir.log 2>&1
