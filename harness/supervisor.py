@@ -3,7 +3,8 @@ SIGSEGV, an os._exit): the case in progress is recorded in the run folder before
 `python -m harness sweep` runs the sweep in a child process. When the child ends with that record
 still there, the case died: the record takes the cause, and the same sweep continues with
 --resume in a new child, which writes the case's ERROR rows (harness.sweep) and goes on. A
-`--resume` by hand finds the record the same way.
+`--resume` by hand finds the record the same way, except where a stop signal had reached the
+supervisor during the case before the whole process tree was killed: that case runs again.
 
 Light on purpose (no torch): the supervising process only starts, watches and restarts workers.
 """
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 MARKER = "in_progress.json"          # the case under way, beside results.csv
+STOPPED = "stopped.json"             # beside it: the sweep was stopped from outside during that case
 WORKER = "HARNESS_SWEEP_WORKER"      # set in a supervised sweep: the file it names its run folder in
 WRITING = "writing the case's rows"  # the last step: a death here is the writer's, not the case's
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)   # passed on to the worker, never restarted
@@ -69,19 +71,37 @@ def _write_json(path: Path, data: dict):
     os.replace(tmp, path)
 
 
-def read_marker(folder) -> dict | None:
-    """The record of the case a process was running when it ended, or None."""
-    path = Path(folder) / MARKER
+def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):   # unreadable: known by nothing, so nothing is recorded
         return None
-    except ValueError:   # unreadable: the case is known by nothing, so nothing is recorded
-        return None
+
+
+def read_marker(folder) -> dict | None:
+    """The record of the case a process was running when it ended, or None; with "stopped" (the
+    signal's name) when the sweep was stopped from outside during that case (`note_stop`)."""
+    marker = _read_json(Path(folder) / MARKER)
+    stop = _read_json(Path(folder) / STOPPED)
+    if marker is not None and stop is not None and stop.get("case_id") == marker.get("case_id"):
+        marker["stopped"] = stop.get("signal")
+    return marker
+
+
+def note_stop(folder, signum: int):
+    """Beside the marker of the case under way, that a stop signal reached the supervisor. A worker
+    inside a long compile does not take SIGINT, and `timeout -k` then kills the whole process
+    tree, marker left behind: the case did not end its process, so a --resume runs it again
+    instead of writing it a death's ERROR rows."""
+    marker = _read_json(Path(folder) / MARKER)
+    if marker is not None:
+        _write_json(Path(folder) / STOPPED, {"case_id": marker.get("case_id"),
+                                             "signal": signal.Signals(signum).name})
 
 
 def drop_marker(folder):
-    (Path(folder) / MARKER).unlink(missing_ok=True)
+    for name in (MARKER, STOPPED):
+        (Path(folder) / name).unlink(missing_ok=True)
 
 
 def death_message(marker: dict) -> str:
@@ -190,13 +210,16 @@ def _status(code: int) -> int:
 
 
 def _run_worker(args: list[str], env: dict) -> tuple[int, int | None]:
-    """Run one worker to its end, passing on SIGINT, SIGTERM and SIGHUP; (its return code, the
-    stop signal received meanwhile or None)."""
+    """Run one worker to its end, passing on SIGINT, SIGTERM and SIGHUP, each noted beside the
+    case under way (`note_stop`); (its return code, the stop signal received meanwhile or None)."""
     proc = subprocess.Popen([sys.executable, "-m", "harness", *args], env=env)
     stop = []
 
     def forward(signum, frame):
         stop.append(signum)
+        folder = Path(env[WORKER]).read_text().strip()
+        if folder:
+            note_stop(folder, signum)
         proc.send_signal(signum)   # nothing once the worker has been waited for
     previous = {s: signal.signal(s, forward) for s in STOPS}
     try:

@@ -62,7 +62,8 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
 
     The case under way is recorded in the run folder until its rows are written
     (harness.supervisor.MARKER); a record found by `resume` is a case whose process died: it gets
-    ERROR rows and is done. `case_checks`: the checks of each planned case, when the plan is part
+    ERROR rows and is done, unless the sweep had been stopped from outside during it (it runs
+    again). `case_checks`: the checks of each planned case, when the plan is part
     of a larger one (harness.checks.checks_per_case of the whole plan)."""
     out_dir = Path(out_dir)
     run = open_run(out_dir, run_id, resume, echo)
@@ -158,10 +159,15 @@ def write_death(marker: dict, plan, done: set, writer: ResultWriter, shared: dic
     """The ERROR rows of the case an earlier process died in (`marker`), for the implementation
     that was running (for each, when that is unknown), written as the case's rows and the case
     added to `done`, so it is never run again; their number. Nothing when the case is done or
-    not in the plan, or when the death came while its rows were written (it runs again)."""
+    not in the plan, or when the death came while its rows were written or after the sweep was
+    stopped from outside (harness.supervisor.note_stop): it runs again."""
     case_id = marker.get("case_id")
     entry = next(((case, impls) for _, case, impls in plan if case.case_id == case_id), None)
     if entry is None or case_id in done or marker.get("step") == WRITING:
+        return 0
+    if marker.get("stopped"):
+        echo(f"case {case_id} was under way when the sweep was stopped ({marker['stopped']}) and its "
+             "processes killed: it runs again", flush=True)
         return 0
     case, impls = entry
     suspects = [i for i in impls if i.variant == marker.get("variant")] or impls

@@ -113,6 +113,36 @@ def test_a_run_killed_whole_mid_case_and_resumed_by_hand_gives_the_same(undistur
     assert not (tmp_path / supervisor.MARKER).exists()
 
 
+def test_a_case_deaf_to_a_stop_then_killed_whole_runs_again_on_resume(undisturbed, tmp_path):
+    """`timeout -k`: SIGINT to the process tree, SIGKILL when a worker deaf to it (inside a long
+    compile) has not ended. The case did not end its process, so the resumed run runs it again
+    (no ERROR row) and ends with the rows of a run never stopped."""
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *sweep_args("deaf", tmp_path)],
+                            env={**env(), "TOY_DEAF": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_marker(tmp_path, DYING)
+        os.killpg(proc.pid, signal.SIGINT)
+        end = time.time() + 30
+        while not (tmp_path / supervisor.STOPPED).exists() and time.time() < end:
+            time.sleep(0.1)
+        assert proc.poll() is None, "the deaf worker ended on SIGINT"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert supervisor.read_marker(tmp_path)["stopped"] == "SIGINT"
+    done = harness([*sweep_args("deaf", tmp_path), "--resume"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"case {DYING} was under way when the sweep was stopped (SIGINT)" in done.stdout
+    got = rows(tmp_path)
+    assert not got.duplicated(KEY).any() and got["run_id"].nunique() == 1
+    assert set(got["verdict"]) == {"PASS"} and set(got["T"]) == {"5", "20", "33"}
+    columns = ["case_id", "variant", "check", "tensor", "verdict", "err", "bound", "case_rows"]
+    rest = got[got["case_id"] != DYING].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rest[columns], undisturbed[columns].reset_index(drop=True))
+    assert not (tmp_path / supervisor.MARKER).exists() and not (tmp_path / supervisor.STOPPED).exists()
+
+
 def test_ctrl_c_at_a_terminal_reaches_both_processes_and_interrupts_once(tmp_path):
     """The terminal sends SIGINT to the supervisor and its worker, and the supervisor passes it on:
     still one interruption, its reports written, exit 130."""
@@ -125,6 +155,7 @@ def test_ctrl_c_at_a_terminal_reaches_both_processes_and_interrupts_once(tmp_pat
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "--resume --out" in out
     assert (tmp_path / "report.html").exists() and not (tmp_path / supervisor.MARKER).exists()
+    assert not (tmp_path / supervisor.STOPPED).exists()
     assert set(rows(tmp_path)["T"]) == {"5"}
 
 

@@ -75,6 +75,17 @@ chunk_toy_decay_exiting_at_T20 = _dying_at(20, lambda: os._exit(0), "chunk_toy_d
 chunk_toy_decay_hanging_at_T20 = _dying_at(20, lambda: time.sleep(600), "chunk_toy_decay_hanging_at_T20")
 
 
+def _deaf_while_told():
+    """With TOY_DEAF set, stays in the case deaf to SIGINT and SIGTERM, as a process inside a long
+    compile is; without it, returns (the case only needed more time)."""
+    if os.environ.get("TOY_DEAF"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        time.sleep(600)
+
+
+chunk_toy_decay_deaf_at_T20 = _dying_at(20, _deaf_while_told, "chunk_toy_decay_deaf_at_T20")
+
+
 def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False,
                         decay_scale=1.0):
     """The definition, step by step (float64 in, float64 out)."""
