@@ -186,6 +186,8 @@ def supervise(argv: list[str], echo=print) -> int:
             folder = Path(note).read_text().strip() or None
             marker = read_marker(folder) if folder else None
             if marker is None:
+                if folder:
+                    drop_marker(folder)   # a stop noted in a case the worker then ended itself
                 return _status(code)
             key = (marker.get("case_id"), marker.get("step"))
             if stop is not None or key in seen:
