@@ -63,8 +63,8 @@ def run_sweep(plan: list[tuple[OpSpec, Case, list[Implementation]]], out_dir: Pa
     The case under way is recorded in the run folder until its rows are written
     (harness.supervisor.MARKER); a record found by `resume` is a case whose process died: it gets
     ERROR rows and is done, unless the sweep had been stopped from outside during it (it runs
-    again). `case_checks`: the checks of each planned case, when the plan is part
-    of a larger one (harness.checks.checks_per_case of the whole plan)."""
+    again). `case_checks`: the checks of each planned case, when the plan is part of a larger one
+    (harness.checks.checks_per_case of the whole plan)."""
     out_dir = Path(out_dir)
     run = open_run(out_dir, run_id, resume, echo)
     dev = device()
