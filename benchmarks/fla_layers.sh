@@ -20,10 +20,9 @@ export PYTHONPATH="$site:${PYTHONPATH:-}"
 restore_autotune "$tuned"
 jobs=()
 for op in ${OPS:-gla gsa rwkv6 delta_rule gated_delta_rule kda linear_attn}; do
-    jobs+=("again=--force; [ -f $out/$op/results.csv ] && again=--resume
-        timeout -k 30 -s INT \$LEFT python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-bf16} \
+    jobs+=("timeout -k 30 -s INT \$LEFT python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-bf16} \
         --B 2 --T 100 --H 2 --K 64 --V 64 --M 64 --h0 none --gate normal --variant ${VARIANT:-chunk} \
-        --checks layer --quiet --out $out/$op \$again >> $out/$op.log 2>&1
+        --checks layer --quiet --out $out/$op \$(run_folder_flag $out/$op) >> $out/$op.log 2>&1
         echo \"fla layer $op: exit \$?\"")
 done
 run_lanes "${LIMIT:-500}" "${jobs[@]}" | tee -a "$out/layers.log"

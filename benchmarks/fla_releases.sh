@@ -35,10 +35,9 @@ for release in "$@"; do
     mkdir -p "$out/$name"
     for op in ${OPS:-linear_attn simple_gla gla rwkv6 gsa delta_rule gated_delta_rule kda}; do
         dir="$out/$name/$op"
-        jobs+=("again=--force; [ -f $dir/results.csv ] && again=--resume
-            PYTHONPATH=$site${deps:+:$deps}:${PYTHONPATH:-} timeout -k 30 -s INT \$LEFT \
+        jobs+=("PYTHONPATH=$site${deps:+:$deps}:${PYTHONPATH:-} timeout -k 30 -s INT \$LEFT \
             python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-fp32,bf16} --T ${TS:-1,65,1000} \
-            --H 2 --K 64 --V 64 --M 64 --quiet --out $dir \$again >> $dir.log 2>&1
+            --H 2 --K 64 --V 64 --M 64 --quiet --out $dir \$(run_folder_flag $dir) >> $dir.log 2>&1
             echo \"$name $op: exit \$?\"")
     done
 done

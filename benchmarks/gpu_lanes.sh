@@ -30,3 +30,11 @@ run_lanes() {
     done
     wait
 }
+
+
+# A sweep job's run-folder flag: --resume where its folder holds rows of an earlier run, else
+# --force (a folder left with a plan and no rows starts afresh). Exported for the jobs' shells.
+run_folder_flag() {
+    if [ -f "$1/results.csv" ]; then echo --resume; else echo --force; fi
+}
+export -f run_folder_flag
