@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     repro.add_argument("--impl", metavar="module:function", help="run this function instead of ours")
     repro.add_argument("--segments", action="store_true",
                        help="reproduce the segments check (T cut in two, the state carried)")
+    repro.add_argument("--layer", metavar="SET", help="reproduce the layer check of that implementation "
+                       "set's own layer (e.g. fla) in the variant's mode instead of one function")
     repro.add_argument("--out", type=Path, help="script path (default repro_<case_id>.py)")
     bench = sub.add_parser("bench", help="time forward and forward+backward of our variants, "
                                          "upstream fla's and the torch reference on one shape")
@@ -419,14 +421,22 @@ def cmd_report(args) -> int:
 
 
 def cmd_repro(args) -> int:
+    from harness.layer_repro import write_layer_repro
     from harness.repro import write_repro
-    out = args.out or Path(f"repro_{args.case_id}.py")
+    if args.layer and (args.impl or args.segments):
+        raise UsageError("--layer runs the set's own layer on its own kernels, in one call and through "
+                         "its cache: it takes neither --impl nor --segments")
+    out = args.out or Path(f"repro_{args.case_id}{'_' + args.layer + '_layer' if args.layer else ''}.py")
     try:
-        path = write_repro(args.case_id, out, variant=args.variant, target=args.impl,
-                           segments=args.segments)
+        if args.layer:
+            path = write_layer_repro(args.case_id, out, args.layer, variant=args.variant)
+        else:
+            path = write_repro(args.case_id, out, variant=args.variant, target=args.impl,
+                               segments=args.segments)
     except ValueError as exc:
         raise UsageError(str(exc).rstrip("."))
-    print(f"wrote {path}; run it with: python {path}   (python -i {path} keeps the tensors)")
+    print(f"wrote {path}; run it with: python {path}"
+          + ("" if args.layer else f"   (python -i {path} keeps the tensors)"))
     return 0
 
 

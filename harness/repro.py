@@ -101,7 +101,7 @@ def write_repro(case_id: str, path, variant: str | None = None, target: str | No
     if variant not in spec.variants:
         raise ValueError(f"op {spec.name} has no variant '{variant}'; its variants are "
                          f"{', '.join(spec.variants)}.")
-    _check_own_symbols(spec, case)
+    check_own_symbols(spec, case)
     target = target or spec.variants[variant]
     load_function(target)
     if segments and case.packed:
@@ -109,7 +109,7 @@ def write_repro(case_id: str, path, variant: str | None = None, target: str | No
     if segments and not segment_bounds(case.T):
         raise ValueError(f"case '{case_id}' has T={case.T}, too short to cut into segments.")
     if device is not None:
-        _check_device(device)
+        check_device(device)
     path = Path(path)
     if path.is_dir():
         path = path / script_name(case_id, variant, segments)
@@ -119,7 +119,7 @@ def write_repro(case_id: str, path, variant: str | None = None, target: str | No
     return path
 
 
-def _check_own_symbols(spec: OpSpec, case: Case):
+def check_own_symbols(spec: OpSpec, case: Case):
     """An op's own symbols (gsa's M) must be in the id; other ops' must not."""
     for symbol in OWN_SYMBOLS:
         if symbol in spec.used_symbols() and not getattr(case, symbol):
@@ -130,7 +130,7 @@ def _check_own_symbols(spec: OpSpec, case: Case):
                              f"{spec.name} has no {symbol}.")
 
 
-def _check_device(device: str):
+def check_device(device: str):
     try:
         torch.device(device)
     except (RuntimeError, ValueError):
@@ -148,28 +148,36 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
         "case_id": case.case_id, "filename": filename, "dtype": case.dtype,
         "what": ", segments check" if cuts else "", "segments_note": _segments_note(cuts),
         "under_test": under_test, "target": target.replace(":", " import "),
-        "target_literal": _literal(target), "segments": repr(cuts),
-        "device": _literal(device) if device else '"cuda" if torch.cuda.is_available() else "cpu"',
+        "target_literal": literal(target), "segments": repr(cuts),
+        "device": literal(device) if device else '"cuda" if torch.cuda.is_available() else "cpu"',
         "spec": pprint.pformat(spec, width=100), "case": pprint.pformat(case, width=100),
-        "constants": "\n".join(f"{name} = {value!r}" for name, value in (
-            ("DTYPES", cases.DTYPES), ("MIXED_DTYPES", MIXED_DTYPES), ("SHAPE", SHAPE),
-            ("CORE_SYMBOLS", declaration.CORE_SYMBOLS), ("CHUNK", packing.CHUNK),
-            ("OWN_SYMBOLS", OWN_SYMBOLS),
-            ("GATES", GATES), ("EXTREME_GATE", EXTREME_GATE),
-            ("GOLDEN_LIMIT", sampling.GOLDEN_LIMIT), ("STATE_LIMIT", sampling.STATE_LIMIT),
-            ("FEW_ELEMENTS", metrics.FEW_ELEMENTS), ("CHANCE_SIGMAS", metrics.CHANCE_SIGMAS))),
-        "core_source": _sources(_COPIED_CORE),
-        "tolerance_source": _sources(_COPIED_TOLERANCE),
-        "metrics_source": _sources(_COPIED_METRICS),
-        "allocations_source": _sources(_COPIED_ALLOCATIONS),
-        "interpreted_source": "" if target.startswith("fla_kernels.") else (
-            "\n# Upstream's autotuned, device-guarded calls in the interpreter (harness/interpreted_upstream.py)\n"
-            "import contextlib  # noqa: E402\n\n\n" + _sources(_COPIED_INTERPRETED) + "\n\nprepare()\n"),
+        "constants": constants_text(),
+        "core_source": sources(_COPIED_CORE),
+        "tolerance_source": sources(_COPIED_TOLERANCE),
+        "metrics_source": sources(_COPIED_METRICS),
+        "allocations_source": sources(_COPIED_ALLOCATIONS),
+        "interpreted_source": "" if target.startswith("fla_kernels.") else interpreted_text(),
         **_tensor_tables(spec, case),
     }
     text = string.Template(TEMPLATE).substitute(fields)
     compile(text, filename, "exec")
     return text
+
+
+def constants_text(**more) -> str:
+    """The harness constants the copied code reads, and `more`, as assignments."""
+    constants = dict(
+        DTYPES=cases.DTYPES, MIXED_DTYPES=MIXED_DTYPES, SHAPE=SHAPE, CORE_SYMBOLS=declaration.CORE_SYMBOLS,
+        CHUNK=packing.CHUNK, OWN_SYMBOLS=OWN_SYMBOLS, GATES=GATES, EXTREME_GATE=EXTREME_GATE,
+        GOLDEN_LIMIT=sampling.GOLDEN_LIMIT, STATE_LIMIT=sampling.STATE_LIMIT,
+        FEW_ELEMENTS=metrics.FEW_ELEMENTS, CHANCE_SIGMAS=metrics.CHANCE_SIGMAS, **more)
+    return "\n".join(f"{name} = {value!r}" for name, value in constants.items())
+
+
+def interpreted_text() -> str:
+    """What lets an upstream kernel run in the interpreter without a GPU, as the script's code."""
+    return ("\n# Upstream's autotuned, device-guarded calls in the interpreter (harness/interpreted_upstream.py)\n"
+            "import contextlib  # noqa: E402\n\n\n" + sources(_COPIED_INTERPRETED) + "\n\nprepare()\n")
 
 
 def _segments_note(cuts) -> str:
@@ -181,13 +189,13 @@ def _segments_note(cuts) -> str:
             f"previous call's final state, and backward runs through the chain (SEGMENTS below).\n")
 
 
-def _literal(text: str) -> str:
+def literal(text: str) -> str:
     """A string as a double-quoted Python literal."""
     return json.dumps(text)
 
 
 def _names(names) -> str:
-    return "{" + ", ".join(map(_literal, names)) + "}" if names else "set()"
+    return "{" + ", ".join(map(literal, names)) + "}" if names else "set()"
 
 
 def _tensor_tables(spec: OpSpec, case: Case) -> dict:
@@ -202,15 +210,15 @@ def _tensor_tables(spec: OpSpec, case: Case) -> dict:
     rows = {name: tolerance_for(case.op, name, case.activation_dtype, longest, DTYPE_NAMES[dtypes[name]])
             for name in names}
     return {
-        "tensors": "[" + ", ".join(map(_literal, names)) + "]",
-        "expected_dtypes": "\n".join(f"    {_literal(n)}: {dtypes[n]}," for n in names),
-        "tolerances": "\n".join(f"    {_literal(n)}: {rows[n]!r}," for n in names),
+        "tensors": "[" + ", ".join(map(literal, names)) + "]",
+        "expected_dtypes": "\n".join(f"    {literal(n)}: {dtypes[n]}," for n in names),
+        "tolerances": "\n".join(f"    {literal(n)}: {rows[n]!r}," for n in names),
         "sequence_tensors": _names([n for n in names if _seq_layout(spec, n)]),
-        "shapes": "{" + ", ".join(f"{_literal(n)}: {tensor_shapes(spec)[n]!r}" for n in names) + "}",
+        "shapes": "{" + ", ".join(f"{literal(n)}: {tensor_shapes(spec)[n]!r}" for n in names) + "}",
     }
 
 
-def _sources(objects) -> str:
+def sources(objects) -> str:
     return "\n\n\n".join(inspect.getsource(obj).strip() for obj in objects)
 
 

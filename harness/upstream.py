@@ -70,10 +70,10 @@ def fitted(fn, input_names: list[str]):
     - a NotImplementedError of the call (a function the release only stubs, as fused_chunk_gla
       from fla 0.4.1) is a SKIP saying that the release lacks it.
     Inputs go by position where the signature cannot be read or names an input in no known way."""
-    parameters = _parameters(fn)
+    parameters = parameters_of(fn)
     head_first = parameters.get("head_first")
     old_layout = head_first is not None and head_first.default is True
-    names, first = _keywords(parameters, input_names)
+    names, first = release_keywords(parameters, input_names)
     scale = parameters.get("scale")
     scale_sentinel = scale is not None and scale.default not in (None, scale.empty)
     label = _label(fn)
@@ -130,7 +130,7 @@ def _fitted_once(fn):
     return fitted(fn, ["q", "k", "v"])
 
 
-def _parameters(fn) -> dict:
+def parameters_of(fn) -> dict:
     """{name: inspect.Parameter} of `fn`'s signature, empty where it cannot be read."""
     try:
         return dict(inspect.signature(fn).parameters)
@@ -138,7 +138,7 @@ def _parameters(fn) -> dict:
         return {}
 
 
-def _keywords(parameters: dict, input_names: list[str]) -> tuple[list[str], int]:
+def release_keywords(parameters: dict, input_names: list[str]) -> tuple[list[str], int]:
     """(the release's name of each input, the index of the first input the release takes at
     another place, from which they go by keyword); every input by position where the release
     has a name for none of the ways in `_release_name`."""
@@ -194,7 +194,7 @@ def _linear_attn(function: str):
             cu_seqlens=None):
         fn = getattr(importlib.import_module("fla.ops.linear_attn"), function)
         options = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens}
-        if options and "cu_seqlens" not in _parameters(fn):
+        if options and "cu_seqlens" not in parameters_of(fn):
             raise _lacks(f"{_label(fn)} takes no cu_seqlens")
         stateless = normalize and () < _version("fla") < STATEFUL_NORMALIZE   # (): unknown, the newest
         if stateless and isinstance(initial_state, tuple):

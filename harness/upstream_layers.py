@@ -24,7 +24,6 @@ import sys
 
 import torch
 
-from harness import upstream
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.layer import (baseline_functions, chain_difference, compare_runs, no_gradients_row,
                                   run_segments)
@@ -33,6 +32,7 @@ from harness.declaration import load_function
 from harness.float32_helpers import helpers_in_float32
 from harness.metrics import compare_to_golden
 from harness.packing import per_sequence
+from harness.upstream import parameters_of, release_keywords
 from harness.tolerance import tolerance_for
 
 CACHES = {"fla": "fla.models.utils:Cache"}   # each set's cache of layer states across calls
@@ -90,13 +90,13 @@ def _swap_state(state):
 
 def as_release_call(reference, original, spec):
     """`reference` (the op's inputs in our order, then our keywords) callable as the release's
-    layers call `original`: the inputs under the release's names (`upstream._keywords`), a state
+    layers call `original`: the inputs under the release's names (`release_keywords`), a state
     with V before K where the call says `state_v_first`, packed sequences (`cu_seqlens`) one by
     one; the inputs' `in_kernel_transforms`. A keyword the reference does not model raises, so a
     row says so instead of a wrong golden, unless it is the release's default or PERFORMANCE_ONLY."""
-    parameters = upstream._parameters(original)
+    parameters = parameters_of(original)
     input_names = [s.name for s in spec.inputs]
-    names, _ = upstream._keywords(parameters, input_names)
+    names, _ = release_keywords(parameters, input_names)
     accepted = set(inspect.signature(reference).parameters)
     packed = per_sequence(reference, spec)
     signature = inspect.signature(original)
@@ -133,13 +133,21 @@ def as_release_call(reference, original, spec):
     return call
 
 
+def release_names(spec, set_name: str) -> list[str]:
+    """The names under which the set's layers call the op's functions: an adapter of ours carries
+    its release's name; a release's own function (importable here or not) is its name."""
+    names = set()
+    for target in spec.upstream.get(set_name, {}).values():
+        module, name = target.split(":")
+        names.add(getattr(load_function(target), "release_name", name) if module.startswith("harness.") else name)
+    return sorted(names)
+
+
 @contextlib.contextmanager
-def kernels_replaced(layer, spec, set_name: str, reference):
-    """The op's functions in `layer`'s module replaced by `reference` fitted to each
+def kernels_replaced(layer, names, spec, reference):
+    """The op's functions `names` in `layer`'s module replaced by `reference` fitted to each
     (`as_release_call`), for the duration."""
     module = sys.modules[type(layer).__module__]
-    names = {getattr(load_function(target), "release_name", target.split(":")[1])
-             for target in spec.upstream.get(set_name, {}).values()}
     saved = {name: getattr(module, name) for name in names if callable(getattr(module, name, None))}
     try:
         for name, original in saved.items():
@@ -179,15 +187,16 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
     dy = torch.randn(case.B, case.T, width, generator=gen).to(device=device, dtype=dtype)
     golden_fn = load_function(spec.reference_loop if case.T <= spec.loop_max_T else spec.reference_chunked)
     draws = baseline_functions(spec, dtype)
+    names = release_names(spec, set_name)
     rows = [] if backward else [no_gradients_row(make_row, f"{label}: ")]
 
     def references(x_, dy_, segments, mask=None):
-        with kernels_replaced(layer, spec, set_name, golden_fn), helpers_in_float32(HELPERS[set_name]):
+        with kernels_replaced(layer, names, spec, golden_fn), helpers_in_float32(HELPERS[set_name]):
             gold = _run(copy.deepcopy(layer).double(), x_.double(), dy_.double(), segments, cache_class,
                         backward, mask)[:2]
         bases = []
         for baseline_fn in draws:
-            with kernels_replaced(layer, spec, set_name, baseline_fn):
+            with kernels_replaced(layer, names, spec, baseline_fn):
                 bases.append(_run(layer, x_, dy_, segments, cache_class, backward, mask)[:2])
         return gold, bases
 
