@@ -9,7 +9,10 @@
 # set to its lane's GPU and LEFT to its share of the time: what the run has left over the jobs its
 # lane has still to run (at least a minute), so that a job that ends early leaves its time to the
 # next. A job with under a minute of the run left is not started, and says so on stdout. GPUS
-# (indices) picks the GPUs.
+# (indices) picks the GPUs. SHARE=rest gives each job all the time the run has left instead: for
+# jobs that each need minutes of fla's autotuning before their first row, where even shares end
+# every job inside its autotuning (2 x H100, 14 jobs of gla and gsa at new head dims, 300 s: none
+# finished a case), so that the first jobs finish and the rest wait for the next run.
 run_lanes() {
     local limit=$1; shift
     local jobs=("$@") start=$SECONDS
@@ -23,7 +26,8 @@ run_lanes() {
                 echo "not started, ${left} s left: ${jobs[j]}"
                 continue
             fi
-            share=$(( left / ((${#jobs[@]} - j + lanes - 1) / lanes) ))
+            share=$left
+            [ "${SHARE:-even}" = rest ] || share=$(( left / ((${#jobs[@]} - j + lanes - 1) / lanes) ))
             share=$(( share < 60 ? 60 : share ))
             CUDA_VISIBLE_DEVICES=${gpus[$((lane % ${#gpus[@]}))]} LEFT=$share bash -c "${jobs[j]}"
         done) &

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import torch
 
 from harness import (allocations, cases, declaration, execution, goldens, inputs, interpreted_upstream, metrics,
-                     packing, sampling, tolerance)
+                     packing, sampling, sweep, tolerance)
 from harness.cases import (DTYPE_CHOICES, DTYPE_NAMES, EXTREME_GATE, GATES, H0_OPTIONS, MIXED_DTYPES,
                            OWN_SYMBOLS, Case)
 from reports.schema import SHAPE
@@ -58,7 +58,7 @@ _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.Option
                 packing.sequence_count, packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
                 inputs.CaseInputs, inputs._generator, inputs.of_kind, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
-                execution.execute, execution.describe_error, goldens.golden_and_baseline,
+                execution.execute, execution.describe_error, sweep.device_healthy, goldens.golden_and_baseline,
                 sampling.Sample, sampling.reference_states, sampling.choose_sample)
 
 
@@ -379,7 +379,10 @@ def print_case():
           f"operands, chunks of {SPEC.baseline_chunk_size}\\n")
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """Run the case and print its table; 0 if every tensor passes, else 1. Its inputs, results,
+    golden, baseline and metrics stay in the module (python -i)."""
+    global inputs, results, golden, baseline, metrics
     print_case()
     inputs = make_inputs(SPEC, CASE, DEVICE)
     try:
@@ -388,8 +391,12 @@ if __name__ == "__main__":
     except Exception as exc:   # the sweep's ERROR row; the outputs it returned are still compared
         print(f"ERROR: {describe_error(exc)}\\n")
         results = getattr(exc, "forward", None) or {}
+        if not device_healthy(torch.device(DEVICE)):
+            print("The GPU context is lost: a kernel's illegal or misaligned memory access is sticky, so every "
+                  "later CUDA call in this process fails and no golden can run here.")
+            return 1
         if not results:
-            sys.exit(1)
+            return 1
     names = TENSORS
     sample = choose_sample(SPEC, CASE, inputs)
     if sample is not None:
@@ -404,6 +411,11 @@ if __name__ == "__main__":
     failed = [name for name, m in metrics.items() if m["verdict"] != "PASS"]
     print(f"\\n{'FAIL: ' + ', '.join(failed) if failed else 'PASS'} "
           f"({len(metrics) - len(failed)} of {len(metrics)} tensors within their bounds)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    status = main()
     if not sys.flags.interactive:  # python -i: stay at the prompt instead
-        sys.exit(1 if failed else 0)
+        sys.exit(status)
 '''

@@ -247,3 +247,30 @@ def test_a_function_that_raises_is_one_error_line_and_exit_1(tmp_path, without_h
                                        without_harness)
     assert code == 1 and printed == {}, output
     assert "\nERROR: RuntimeError: planted failure in forward\n" in output, output
+
+
+def test_a_lost_gpu_context_stops_the_script_before_the_golden(tmp_path, monkeypatch, capsys):
+    """A kernel's illegal memory access kills the CUDA context for the process: the script prints
+    the call's ERROR line and why nothing more runs, and exits 1 without the golden (whose CUDA
+    calls would raise a traceback of their own)."""
+    script = load_script(write_repro(ONE_CASE, tmp_path, target=implementation("raises_in_forward")), monkeypatch)
+    monkeypatch.setattr(script, "device_healthy", lambda device: False)
+
+    def no_golden(inputs):
+        raise AssertionError("the golden ran on a lost context")
+
+    monkeypatch.setattr(script, "golden_and_baseline_of_case", no_golden)
+    assert script.main() == 1
+    output = capsys.readouterr().out
+    assert "\nERROR: RuntimeError: planted failure in forward\n" in output
+    assert "The GPU context is lost" in output
+
+
+def test_a_healthy_context_goes_on_to_the_golden(tmp_path, monkeypatch, capsys):
+    """The other way: with the context alive, a backward that raises still has its forward compared."""
+    script = load_script(write_repro(ONE_CASE, tmp_path, target=implementation("raises_in_backward")), monkeypatch)
+    assert script.main() == 1
+    output = capsys.readouterr().out
+    assert "ERROR: backward raised RuntimeError: planted failure in backward" in output
+    assert "The GPU context is lost" not in output
+    assert set(script.metrics) >= {"o"} and script.metrics["o"]["verdict"] == "PASS"
