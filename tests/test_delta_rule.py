@@ -256,3 +256,19 @@ def test_the_chunk_solve_is_as_accurate_as_float32_allows():
             err = (got[:T, :T] - want).abs().max() / want.abs().max()
             assert err <= 2 * torch.finfo(torch.float32).eps, f"trial {trial}, T={T}: {err:.3g}"
             assert not got[T:].any()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("gate", ["strong", "extreme"])
+def test_kda_chunks_pass_where_blocks_decay_steeply_over_several_key_blocks(dtype, gate):
+    """kda's chunk kernels where a 16-row block decays by more than SPLIT_SPAN (the pair kernels'
+    column loop) and K takes two of their key blocks (their loop over key blocks runs twice): every
+    row passes. On an H100 (Triton 3.6) a tree whose pairs took that path failed o by 100-1000
+    times its bound from K = 48 on, and passed at K = 8 and 24 and under the interpreter
+    (benchmarks/tuning.md, 2026-11-28): a GPU run of this test is what sees such a compile."""
+    spec = OPS["kda"]
+    case = Case(op="kda", dtype=dtype, B=1, T=65, H=1, K=64, V=16, h0="grad", gate=gate, seed=0)
+    impl = Implementation("chunk", spec.variants["chunk"], load_function(spec.variants["chunk"]))
+    rows = run_case(spec, case, [impl], torch.device(DEVICE), checks=())
+    failed = [(r["check"], r["tensor"], r.get("ratio")) for r in rows if r["verdict"] != "PASS"]
+    assert rows and not failed, failed
