@@ -137,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reproduce the segments check (T cut in two, the state carried)")
     repro.add_argument("--layer", metavar="SET", help="reproduce the layer check of that implementation "
                        "set's own layer (e.g. fla) in the variant's mode instead of one function")
-    repro.add_argument("--out", type=Path, help="script path (default repro_<case_id>.py)")
+    repro.add_argument("--out", type=Path, help="script path or folder (default repro_<case_id>.py; with "
+                       "--layer repro_<case_id>_<variant>_<set>_layer.py)")
     bench = sub.add_parser("bench", help="time forward and forward+backward of our variants, "
                                          "upstream fla's and the torch reference on one shape")
     bench.add_argument("--op", type=_csv(str), required=True, help="op(s), comma-separated")
@@ -426,7 +427,7 @@ def cmd_repro(args) -> int:
     if args.layer and (args.impl or args.segments):
         raise UsageError("--layer runs the set's own layer on its own kernels, in one call and through "
                          "its cache: it takes neither --impl nor --segments")
-    out = args.out or Path(f"repro_{args.case_id}{'_' + args.layer + '_layer' if args.layer else ''}.py")
+    out = args.out or (Path(".") if args.layer else Path(f"repro_{args.case_id}.py"))
     try:
         if args.layer:
             path = write_layer_repro(args.case_id, out, args.layer, variant=args.variant)

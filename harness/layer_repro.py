@@ -21,7 +21,7 @@ from harness import cases, declaration, float32_helpers, packing, upstream, upst
 from harness.cases import DTYPES
 from harness.checks import bits, layer, segments
 from harness.registry import get_op
-from harness.repro import (_COPIED_METRICS, _COPIED_TOLERANCE, check_own_symbols, check_device, constants_text,
+from harness.repro import (COPIED_METRICS, COPIED_TOLERANCE, check_own_symbols, check_device, constants_text,
                            interpreted_text, literal, parse_case_id, sources)
 from harness.tolerance import tolerance_for
 
@@ -92,8 +92,8 @@ def render_script(spec, case, variant: str, set_name: str, device: str | None, f
             RELEASE_NAMES=upstream_layers.release_names(spec, set_name)),
         "interpreted_source": interpreted_text(),
         "copied_source": sources(_COPIED),
-        "tolerance_source": sources(_COPIED_TOLERANCE),
-        "metrics_source": sources(_COPIED_METRICS),
+        "tolerance_source": sources(COPIED_TOLERANCE),
+        "metrics_source": sources(COPIED_METRICS),
         "tolerances": "\n".join(f"    {literal(n)}: {t!r}," for n, t in tolerances.items()),
         "spec": pprint.pformat(spec, width=100), "case": pprint.pformat(case, width=100),
     }

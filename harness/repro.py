@@ -44,8 +44,8 @@ _CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>{''.join(f'[-{s}<n>]' for s 
 # The harness code the script carries verbatim: the tolerance, the comparison with the golden and
 # the NaN filling of kernel allocations. Each needs only math, sys, torch and the stdlib imports
 # at the top of TEMPLATE.
-_COPIED_TOLERANCE = (tolerance.Tolerance,)
-_COPIED_METRICS = (metrics._max, metrics.half_ulp, metrics.first_bad_index, metrics.worst_index,
+COPIED_TOLERANCE = (tolerance.Tolerance,)
+COPIED_METRICS = (metrics._max, metrics.half_ulp, metrics.first_bad_index, metrics.worst_index,
                    metrics.nonfinite_counts, metrics._baseline_error, metrics.compare_to_golden,
                    metrics._name, metrics._missing, metrics._bound_sentence)
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
@@ -153,8 +153,8 @@ def render_script(spec: OpSpec, case: Case, variant: str, target: str, segments:
         "spec": pprint.pformat(spec, width=100), "case": pprint.pformat(case, width=100),
         "constants": constants_text(),
         "core_source": sources(_COPIED_CORE),
-        "tolerance_source": sources(_COPIED_TOLERANCE),
-        "metrics_source": sources(_COPIED_METRICS),
+        "tolerance_source": sources(COPIED_TOLERANCE),
+        "metrics_source": sources(COPIED_METRICS),
         "allocations_source": sources(_COPIED_ALLOCATIONS),
         "interpreted_source": "" if target.startswith("fla_kernels.") else interpreted_text(),
         **_tensor_tables(spec, case),

@@ -139,7 +139,8 @@ def release_names(spec, set_name: str) -> list[str]:
     names = set()
     for target in spec.upstream.get(set_name, {}).values():
         module, name = target.split(":")
-        names.add(getattr(load_function(target), "release_name", name) if module.startswith("harness.") else name)
+        ours = module.startswith("harness.")
+        names.add(getattr(load_function(target), "release_name", name) if ours else name)
     return sorted(names)
 
 
