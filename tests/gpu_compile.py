@@ -5,7 +5,8 @@ of mismatched blocks, dtype clashes in `tl.dot`). `record_launches` runs a workl
 interpreter with launches recorded instead of executed, GPU numerics selected (bf16 dot operands, no
 fp32 stores); `compile_records` then compiles each distinct specialisation to sm_90 machine code in a
 process where `triton.jit` is the real compiler, and checks that its shared memory fits the GPU (a
-kernel over the limit compiles but fails at launch with OutOfResources).
+kernel over the limit compiles but fails at launch with OutOfResources) and that its software
+pipeline reads no buffer the next stage's copy is refilling (tests/pipeline_races.py).
 """
 from __future__ import annotations
 
@@ -136,6 +137,7 @@ def _resources(ptx: str, arch: int) -> dict:
 
 def _compile_main(arch: int, resources: bool = False):
     import triton
+    from tests.pipeline_races import stale_reads
     from triton.backends.compiler import GPUTarget
     records = json.loads(sys.stdin.read())
     target = GPUTarget("cuda", arch, 32)
@@ -148,8 +150,11 @@ def _compile_main(arch: int, resources: bool = False):
             compiled = triton.compile(src, target=target, options=rec["options"])
             shared = compiled.metadata.shared
             limit = SHARED_MEMORY_LIMIT[arch]
+            races = stale_reads(compiled.asm["ttgir"])
             error = (f"OutOfResources: needs {shared} bytes of shared memory, sm_{arch} has {limit}"
-                     if shared > limit else "")
+                     if shared > limit else
+                     "PipelineRace: a pipelined shared-memory read after the copy that refills its buffer "
+                     f"(tests/pipeline_races.py): {races[0]}" if races else "")
             results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
                             "constexprs": rec["constexprs"], "options": rec["options"],
                             **(_resources(compiled.asm["ptx"], arch) if resources else {})})

@@ -1,0 +1,56 @@
+"""The compile check's pipeline-race scan (tests/pipeline_races.py), both ways: a loop that re-reads
+a pipelined tile inside a runtime branch is reported, by the scan and by `compile_records` (so every
+kernel of the sm_90 compile test is held to it); the same loop unpipelined, or with the branch using
+a value formed before it, is not."""
+import pytest
+import torch
+
+from tests.gpu_compile import compile_records
+from tests.pipeline_races import stale_reads
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="compiles for sm_90 on the CPU, as tests/test_gpu_compile.py")
+
+SIGNATURE = {"a": "*fp32", "b": "*fp32", "out": "*fp32", "flag": "*i32", "K": "constexpr", "BK": "constexpr"}
+
+
+def record(name: str, stages: int) -> dict:
+    return {"module": "tests.racing_kernels", "name": name, "signature": SIGNATURE,
+            "constexprs": {"K": 128, "BK": 32}, "options": {"num_warps": 4, "num_stages": stages}}
+
+
+def test_a_branch_rereading_a_pipelined_tile_fails_the_compile_check():
+    racing, unpipelined, summed = compile_records([record("branch_rereads_tile", 3), record("branch_rereads_tile", 1),
+                                                   record("branch_uses_a_sum", 3)])
+    assert not racing["ok"] and racing["error"].startswith("PipelineRace: a pipelined shared-memory read "
+                                                           "after the copy that refills its buffer"), racing
+    assert "ttg.local_load" in racing["error"]
+    assert unpipelined["ok"] and summed["ok"], (unpipelined, summed)
+
+
+TTGIR = """\
+    %ring = ttg.local_alloc : () -> !ttg.memdesc<2x16x32xf32, #shared, #smem, mutable>
+    %r:3 = scf.for %i = %c0 to %c4 step %c1 iter_args(%acc = %cst) -> (tensor<16x64xf32>) : i32 {
+      %tok = ttg.async_wait %t {num = 2 : i32}
+      %now = ttg.memdesc_index %ring[%slot] : !ttg.memdesc<2x16x32xf32> -> !ttg.memdesc<16x32xf32>
+      %x = ttg.local_load %now token %tok : !ttg.memdesc<16x32xf32> -> tensor<16x32xf32>
+      %next = ttg.memdesc_index %ring[%slot2] : !ttg.memdesc<2x16x32xf32> -> !ttg.memdesc<16x32xf32>
+      %cp = ttg.async_copy_global_to_local %ptrs, %next mask %m : tensor<16x32x!tt.ptr<f32>> -> <16x32xf32>
+      %y = scf.if %flag -> (tensor<16x64xf32>) {
+        %x2 = ttg.local_load %now token %tok : !ttg.memdesc<16x32xf32> -> tensor<16x32xf32>
+        scf.yield %z : tensor<16x64xf32>
+      } else {
+        scf.yield %acc : tensor<16x64xf32>
+      }
+      scf.yield %y : tensor<16x64xf32>
+    } loc(#loc1)
+    %after = ttg.local_load %now token %tok : !ttg.memdesc<16x32xf32> -> tensor<16x32xf32>
+"""
+
+
+def test_the_scan_finds_the_read_after_the_refill_only():
+    """The read inside the branch (line 9) follows the copy into the same ring; the stage's first
+    read (line 5) precedes it, and the read after the loop is outside its body."""
+    found = stale_reads(TTGIR)
+    assert len(found) == 1 and found[0].startswith("line 9: %x2 = ttg.local_load %now token"), found
+    assert stale_reads(TTGIR.replace("%ring[%slot2]", "%other[%slot2]")) == []
