@@ -144,6 +144,8 @@ def _compile_main(arch: int, resources: bool = False):
     results = []
     for rec in records:
         fn = getattr(importlib.import_module(rec["module"]), rec["name"])
+        while not isinstance(fn, triton.runtime.jit.JITFunction) and hasattr(fn, "fn"):
+            fn = fn.fn   # an upstream kernel under @triton.autotune or @triton.heuristics
         constexprs = {k: _decode(v) for k, v in rec["constexprs"].items()}
         src = triton.compiler.ASTSource(fn=fn, signature=rec["signature"], constexprs=constexprs)
         try:

@@ -32,3 +32,9 @@ def branch_uses_a_sum(a, b, out, flag, K: tl.constexpr, BK: tl.constexpr):
             for j in range(4):
                 acc += s * j
     tl.store(out + r[:, None] * 64 + n[None, :], acc)
+
+
+# the racing loop as an upstream library ships its kernels: autotuned, one config pipelined
+autotuned_branch_rereads_tile = triton.autotune(
+    configs=[triton.Config({}, num_warps=4, num_stages=1), triton.Config({}, num_warps=4, num_stages=3)],
+    key=["K"])(branch_rereads_tile)

@@ -54,3 +54,19 @@ def test_the_scan_finds_the_read_after_the_refill_only():
     found = stale_reads(TTGIR)
     assert len(found) == 1 and found[0].startswith("line 9: %x2 = ttg.local_load %now token"), found
     assert stale_reads(TTGIR.replace("%ring[%slot2]", "%other[%slot2]")) == []
+
+
+def test_every_config_of_an_autotuned_kernel_is_recorded_and_scanned():
+    """benchmarks/pipeline_races.py on an upstream-style kernel: each autotune config is recorded
+    (the GPU's autotuner may pick any) and compiled through the wrapper; only the pipelined one races."""
+    from benchmarks.pipeline_races import every_config
+    from tests.gpu_compile import distinct, recording_launches
+    from tests.racing_kernels import autotuned_branch_rereads_tile
+    a, b, out = torch.zeros(16 * 128), torch.zeros(128 * 64), torch.zeros(16 * 64)
+    with recording_launches() as records, every_config():
+        autotuned_branch_rereads_tile[(1,)](a, b, out, torch.ones(1, dtype=torch.int32), K=128, BK=32)
+    records = distinct(records)
+    assert [r["options"]["num_stages"] for r in records] == [1, 3], records
+    unpipelined, pipelined = compile_records(records)
+    assert unpipelined["ok"] and not pipelined["ok"] and pipelined["error"].startswith("PipelineRace"), \
+        (unpipelined, pipelined)
