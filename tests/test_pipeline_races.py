@@ -11,17 +11,17 @@ from tests.pipeline_races import stale_reads
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="compiles for sm_90 on the CPU, as tests/test_gpu_compile.py")
 
-SIGNATURE = {"a": "*fp32", "b": "*fp32", "out": "*fp32", "flag": "*i32", "K": "constexpr", "BK": "constexpr"}
+SIGNATURE = {"a": "*fp32", "b": "*fp32", "out": "*fp32", "flag": "*i32", "K": "constexpr", "BK": "constexpr",
+             "REREAD": "constexpr"}
 
 
-def record(name: str, stages: int) -> dict:
-    return {"module": "tests.racing_kernels", "name": name, "signature": SIGNATURE,
-            "constexprs": {"K": 128, "BK": 32}, "options": {"num_warps": 4, "num_stages": stages}}
+def record(reread: bool, stages: int) -> dict:
+    return {"module": "tests.racing_kernels", "name": "branch_after_product", "signature": SIGNATURE,
+            "constexprs": {"K": 128, "BK": 32, "REREAD": reread}, "options": {"num_warps": 4, "num_stages": stages}}
 
 
 def test_a_branch_rereading_a_pipelined_tile_fails_the_compile_check():
-    racing, unpipelined, summed = compile_records([record("branch_rereads_tile", 3), record("branch_rereads_tile", 1),
-                                                   record("branch_uses_a_sum", 3)])
+    racing, unpipelined, summed = compile_records([record(True, 3), record(True, 1), record(False, 3)])
     assert not racing["ok"] and racing["error"].startswith("PipelineRace: a pipelined shared-memory read "
                                                            "after the copy that refills its buffer"), racing
     assert "ttg.local_load" in racing["error"]
@@ -61,10 +61,10 @@ def test_every_config_of_an_autotuned_kernel_is_recorded_and_scanned():
     (the GPU's autotuner may pick any) and compiled through the wrapper; only the pipelined one races."""
     from benchmarks.pipeline_races import every_config
     from tests.gpu_compile import distinct, recording_launches
-    from tests.racing_kernels import autotuned_branch_rereads_tile
+    from tests.racing_kernels import autotuned_branch_after_product
     a, b, out = torch.zeros(16 * 128), torch.zeros(128 * 64), torch.zeros(16 * 64)
     with recording_launches() as records, every_config():
-        autotuned_branch_rereads_tile[(1,)](a, b, out, torch.ones(1, dtype=torch.int32), K=128, BK=32)
+        autotuned_branch_after_product[(1,)](a, b, out, torch.ones(1, dtype=torch.int32), K=128, BK=32, REREAD=True)
     records = distinct(records)
     assert [r["options"]["num_stages"] for r in records] == [1, 3], records
     unpipelined, pipelined = compile_records(records)
