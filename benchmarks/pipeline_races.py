@@ -5,7 +5,8 @@ configs, since the GPU's autotuner may pick any of them.
 
     python -m benchmarks.pipeline_races --op kda,gla [--impl fla] [--dtype bf16] [--K 64,128]
 
-One line per compiled specialisation: ok, RACE with the first stale read, or the compile error.
+One line per compiled specialisation: ok, RACE with the first stale read, or ERROR with the compile
+error's innermost cause.
 """
 import argparse
 import contextlib
@@ -72,8 +73,9 @@ def main():
     print(f"{len(records)} specialisations", file=sys.stderr, flush=True)
     for r, done in zip(records, compile_records(records, timeout=24 * 3600)):
         verdict = "ok" if done["ok"] else "RACE" if done["error"].startswith("PipelineRace") else "ERROR"
-        print(f"{verdict:5} {r['op']} {r['variant']} {r['name']} {r['options']} "
-              f"{'' if done['ok'] else done['error'].splitlines()[0][:300]}", flush=True)
+        lines = done.get("error", "").splitlines() or [""]
+        why = lines[0] if verdict == "RACE" else lines[-1].strip()   # a compile error's innermost cause
+        print(f"{verdict:5} {r['op']} {r['variant']} {r['name']} {r['options']} {why[:300]}", flush=True)
 
 
 if __name__ == "__main__":
