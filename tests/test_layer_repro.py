@@ -4,21 +4,15 @@ for that layer both ways: a correct layer passes every row, a planted mistake fa
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from harness.cli import main
 from harness.layer_repro import write_layer_repro
-from tests import stand_in_layers
-from tests.stand_in_releases import installed
 from tests.test_repro import without_harness  # noqa: F401 (a fixture)
-from tests.test_upstream_layers import layer_rows
+from tests.test_upstream_layers import layer_release, layer_rows  # noqa: F401 (layer_release: a fixture)
 
 CASE = "gla-fp32-B2-T12-H1-K8-V8-h0_none-normal-s0"   # the case of test_upstream_layers.layer_rows
-
-
-@pytest.fixture()
-def layer_release(request, tmp_path, monkeypatch):
-    yield from installed(stand_in_layers.release(request.param), tmp_path, monkeypatch)
 
 
 def run_script(path, env, release_dir, *args) -> tuple[int, dict, str]:
@@ -40,7 +34,6 @@ def run_script(path, env, release_dir, *args) -> tuple[int, dict, str]:
 def assert_the_sweeps_rows(printed: dict, swept: dict, tmp_path):
     """The script's rows are the sweep's: the same names and verdicts, the same errors."""
     assert set(printed) == set(swept), set(printed) ^ set(swept)
-    import pandas as pd
     every = pd.read_csv(tmp_path / "out" / "results.csv", keep_default_na=False)
     errors = {t.removeprefix("fla layer: "): e for t, e in zip(every["tensor"], every["err"])
               if t.startswith("fla layer")}
