@@ -4,7 +4,7 @@ decay per head and step (gated_delta_rule) or one per key channel (kda, CHANNEL)
 Per (batch, head), state S [K, V]: S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t,
 o_t = scale q_t S_t (g = 0 without a gate). Inside a chunk of BT = 64 rows with h the state
 entering it, G the inclusive chunk-local cumulative log gate (float64, so differences keep float32
-precision), Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last row:
+precision; a gate per channel's in float32 for 16-bit inputs, `chunk_cumgate_channels`), Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last row:
     A  = strictly_lower(diag(beta) (Gamma * K K^T)),   Ti = (I + A)^{-1}
     w  = Ti diag(beta exp(G)) K,   u = Ti diag(beta) V,   U = u - w h   (the corrected values)
     o  = scale (diag(exp(G)) Q h + (Gamma * Q K^T) U)
@@ -589,14 +589,31 @@ def _settings(K, dtype, channel: bool) -> tuple:
                     pairs=pair_blocks, pair_grads=pair_blocks)
 
 
-def chunk_cumgate_channels(g: torch.Tensor, chunk: int) -> torch.Tensor:
-    """[B, T, H, K] float64: the inclusive cumsum of g [B, T, H, K] inside each chunk of `chunk`
-    rows (float64, so the pair kernels' differences of it keep float32 precision)."""
+@triton.jit(do_not_specialize=["T"])
+def _cumgate_kernel(g, gc, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
+    """gc [B, T, H, K]: the inclusive cumsum of g inside each chunk of BT rows, summed in float64
+    and stored in gc's dtype; a program per chunk, (batch, head) and block of BK key columns."""
+    i_k, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
+    t = i_c * BT + tl.arange(0, BT)
+    d = i_k * BK + tl.arange(0, BK)
+    offs = row * K + t.to(tl.int64)[:, None] * (H * K) + d[None, :]
+    m = (t[:, None] < T) & (d[None, :] < K)
+    b_g = tl.load(g + offs, mask=m, other=0).to(tl.float64)
+    tl.store(gc + offs, tl.cumsum(b_g, axis=0).to(gc.dtype.element_ty), mask=m)
+
+
+def chunk_cumgate_channels(g: torch.Tensor, chunk: int, inputs: torch.dtype) -> torch.Tensor:
+    """[B, T, H, K]: the inclusive cumsum of g [B, T, H, K] inside each chunk of `chunk` rows, in
+    float64 for fp32 `inputs` (the pair kernels' differences of it keep float32 precision) and in
+    float32 for 16-bit ones (half the bytes; a difference is off by at most half a float32 step of
+    |G|, 1.2e-4 at the extreme gate's 3840, under fp16's rounding of 4.9e-4 and bf16's 2e-3)."""
     B, T, H, K = g.shape
-    NT = triton.cdiv(T, chunk)
-    padded = torch.zeros(B, NT * chunk, H, K, dtype=torch.float64, device=g.device)
-    padded[:, :T] = g
-    return padded.view(B, NT, chunk, H, K).cumsum(2).view(B, NT * chunk, H, K)[:, :T].contiguous()
+    gc = torch.empty(B, T, H, K, dtype=torch.float64 if inputs == torch.float32 else torch.float32,
+                     device=g.device)
+    BK = min(64, triton.next_power_of_2(K))
+    launch(_cumgate_kernel, flat_grid(triton.cdiv(K, BK), triton.cdiv(T, chunk), B * H), g, gc, T, H=H,
+           K=K, BT=chunk, BK=BK)
+    return gc
 
 
 def chunk_reverse_cumsum(x: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -634,7 +651,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
                      **product_settings(q.dtype))
         gc = Akk = Aqk = None
         if channel:
-            gc = chunk_cumgate_channels(g, CHUNK)
+            gc = chunk_cumgate_channels(g, CHUNK, q.dtype)
             Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
             launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
                    BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])

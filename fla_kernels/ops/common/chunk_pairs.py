@@ -1,8 +1,8 @@
 """The pair matrices of a chunk whose decay has one log gate per key channel (kda in chunks), and
 their gradients.
 
-Inside a chunk of BT rows, with G [BT, K] the float64 chunk-local inclusive cumsum of the log
-gates (`chunk_cumgate_channels`):
+Inside a chunk of BT rows, with G [BT, K] the chunk-local inclusive cumsum of the log gates
+(`chunk_cumgate_channels`: float64 for fp32 inputs, float32 for 16-bit ones):
     P(a, b)_ts = sum_c a_tc b_sc exp(G_tc - G_sc)     for s <= t
 The exponent is never split as exp(G_t) exp(-G_s), which overflows under strong decay. The rows
 are taken in blocks of BC = 16: rows of block I against every column before it are one product
@@ -12,7 +12,9 @@ product too where the block's decay is at most SPLIT_SPAN (60) in every channel:
 is split at the block's first row r, exp(G_t - G_r) exp(G_r - G_s), the second factor at most
 exp(60), far inside float32; past that span (the extreme gate's -60 a step) they are summed a
 column at a time, every block's j-th column at once (rows gathered), exponents <= 0 again.
-Exponents are differences of the float64 cumsum, so they keep float32 precision at any decay.
+Exponents are differences of that cumsum: in float64 they keep float32 precision at any decay;
+in float32 they are off by up to half a float32 step of |G| (1.2e-4 at the extreme gate's
+|G| <= 3840), far under a 16-bit rounding.
 
 `pairs_kernel`: Akk = strictly_lower P(k, k), Aqk = lower P(q, k), float32 [B, T, H, BT].
 `pair_grads_kernel`: given D = dL/dAqk and E = dL/dAkk (lower, float32, from the backward's
@@ -38,32 +40,33 @@ SPLIT_SPAN = tl.constexpr(60.0)   # the largest decay within a block whose expon
 
 @triton.jit
 def cumgate_rows(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
-    """[len(t), BK] float64 rows t, columns i_k*BK.., of the cumulative gates gc [B, T, H, K]
-    where m_t holds (zero elsewhere)."""
+    """[len(t), BK] rows t, columns i_k*BK.., of the cumulative gates gc [B, T, H, K] where m_t
+    holds (zero elsewhere), in gc's dtype (`chunk_cumgate_channels`)."""
     d = i_k * BK + tl.arange(0, BK)
     offs = base + t.to(tl.int64)[:, None] * (H * K) + d[None, :]
-    return tl.load(gc + offs, mask=m_t[:, None] & (d[None, :] < K), other=0).to(tl.float64)
+    return tl.load(gc + offs, mask=m_t[:, None] & (d[None, :] < K), other=0)
 
 
 @triton.jit
 def cumgate_cols(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
-    """The same rows as `cumgate_rows`, read transposed: [BK, len(t)] float64."""
+    """The same rows as `cumgate_rows`, read transposed: [BK, len(t)]."""
     d = i_k * BK + tl.arange(0, BK)
     offs = base + t.to(tl.int64)[None, :] * (H * K) + d[:, None]
-    return tl.load(gc + offs, mask=m_t[None, :] & (d[:, None] < K), other=0).to(tl.float64)
+    return tl.load(gc + offs, mask=m_t[None, :] & (d[:, None] < K), other=0)
 
 
 @triton.jit
 def cumgate_row(gc, base, t, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
-    """[BK] float64 row t, columns i_k*BK.., of gc [B, T, H, K] (zero past T)."""
+    """[BK] row t, columns i_k*BK.., of gc [B, T, H, K] (zero past T), in gc's dtype."""
     d = i_k * BK + tl.arange(0, BK)
     m = d < tl.where(t < T, K, 0)
-    return tl.load(gc + base + t.to(tl.int64) * (H * K) + d, mask=m, other=0).to(tl.float64)
+    return tl.load(gc + base + t.to(tl.int64) * (H * K) + d, mask=m, other=0)
 
 
 @triton.jit
 def decay(x):
-    """exp of a float64 exponent that is <= 0 in exact arithmetic, in float32."""
+    """exp of an exponent (a difference of cumulative gates) that is <= 0 in exact arithmetic,
+    in float32."""
     return tl.exp(tl.minimum(x.to(tl.float32), 0.0))
 
 
@@ -84,7 +87,7 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
     lower pair gradients (Dt, Et their transposes) and G the rows' cumulative gates:
         rq_t = sum_{s<t} D_ts k_s exp(G_t - G_s)      rk_t = sum_{s<t} E_ts k_s exp(G_t - G_s)
         c_s = sum_{t>s} (D_ts q_t + E_ts k_t) exp(G_t - G_s)
-    Each step's gathered rows, float64 gates and exponentials serve all four sums: a row's decay
+    Each step's gathered rows, cumulative gates and exponentials serve all four sums: a row's decay
     towards a reference row is exp(-|G_t - G_e|) either way (the row sums' rows follow their
     reference, the column sums' precede it), taken as one exp of a non-positive exponent. Blocks
     of BC rows against the rows before them are products, with e the last row before block m;
@@ -142,8 +145,8 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
 @triton.jit
 def _chunk_tiles(q, k, gc, i_c, row, i_k, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
                  BK: tl.constexpr):
-    """(c0, base, q, k [BT, BK] float32, G [BT, BK] float64) of chunk i_c of row (tiles.head_program)
-    in key columns i_k*BK..: its first row c0, base = row * K."""
+    """(c0, base, q, k [BT, BK] float32, G [BT, BK] in gc's dtype) of chunk i_c of row
+    (tiles.head_program) in key columns i_k*BK..: its first row c0, base = row * K."""
     c0 = i_c * BT
     base = row * K
     t = c0 + tl.arange(0, BT)
