@@ -4,7 +4,8 @@ decay per head and step (gated_delta_rule) or one per key channel (kda, CHANNEL)
 Per (batch, head), state S [K, V]: S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t,
 o_t = scale q_t S_t (g = 0 without a gate). Inside a chunk of BT = 64 rows with h the state
 entering it, G the inclusive chunk-local cumulative log gate (float64, so differences keep float32
-precision; a gate per channel's in float32 for 16-bit inputs, `chunk_cumgate_channels`), Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last row:
+precision; a gate per channel's is float32 for 16-bit inputs, `chunk_cumgate_channels`),
+Gamma_ts = exp(G_t - G_s) for s <= t (else 0) and L the chunk's last row:
     A  = strictly_lower(diag(beta) (Gamma * K K^T)),   Ti = (I + A)^{-1}
     w  = Ti diag(beta exp(G)) K,   u = Ti diag(beta) V,   U = u - w h   (the corrected values)
     o  = scale (diag(exp(G)) Q h + (Gamma * Q K^T) U)
