@@ -1,10 +1,13 @@
 # Sourced by the fla scripts here: fla's first calls autotune for minutes on an empty Triton
 # cache, so a folder of its autotune results (Triton's *.autotune.json) from an earlier run is
 # copied into the cache first and the cache's results back into it at the end; fla's kernels then
-# compile once instead of timing every config.
+# compile once instead of timing every config. Only autotuners made with `cache_results` write
+# such a result; TRITON_CACHE_AUTOTUNING=1 has every one write it, so the releases whose kernels
+# predate that argument are spared the minutes too.
 #   restore_autotune DIR     (DIR empty or missing: nothing)
 #   keep_autotune DIR        (prints how many results DIR holds)
 triton_cache=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+export TRITON_CACHE_AUTOTUNING=1
 
 restore_autotune() {
     mkdir -p "$triton_cache"

@@ -5,8 +5,9 @@
 # CORE_WHEEL: fla-core's; LAYER_WHEELS_DIR: flash-linear-attention's and its needs (transformers...).
 # flash-linear-attention's wheel has no fla/__init__.py, so fla-core's fla/ is copied over its own.
 # AUTOTUNE_DIR: fla's autotune results from an earlier lease (fla_autotune.sh). LIMIT: seconds for
-# the whole run (default 500); a job whose folder holds rows from an earlier run resumes it
-# (else starts it afresh).
+# the whole run (default 500); AUTOTUNE: the sweeps' --autotune (default upstream; first spares
+# a cold cache the timing of every config). A job whose folder holds rows from an earlier run
+# resumes it (else starts it afresh).
 set -u
 out=${1:?output folder}; core=${2:?fla-core wheel}; layers=${3:?layer wheels folder}; tuned=${4:-}
 site=${SITE:-/tmp/fla-layers}
@@ -22,7 +23,7 @@ jobs=()
 for op in ${OPS:-gla gsa rwkv6 delta_rule gated_delta_rule kda linear_attn}; do
     jobs+=("timeout -k 30 -s INT \$LEFT python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-bf16} \
         --B 2 --T 100 --H 2 --K 64 --V 64 --M 64 --h0 none --gate normal --variant ${VARIANT:-chunk} \
-        --checks layer --quiet --out $out/$op \$(run_folder_flag $out/$op) >> $out/$op.log 2>&1
+        --checks layer --autotune ${AUTOTUNE:-upstream} --quiet --out $out/$op \$(run_folder_flag $out/$op) >> $out/$op.log 2>&1
         echo \"fla layer $op: exit \$?\"")
 done
 run_lanes "${LIMIT:-500}" "${jobs[@]}" | tee -a "$out/layers.log"

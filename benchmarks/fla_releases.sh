@@ -9,7 +9,8 @@
 # whose fla/__init__.py imports its layers and so transformers: DEPS, a folder of wheels (the
 # transformers such a release was made for), goes on PYTHONPATH after the release. OPS, DTYPES
 # (comma-separated), TS, GPUS (indices, default every GPU), LANES (jobs at once per GPU, default
-# 1) and LIMIT (seconds for the whole run, default 500) choose the grid and the machine; a job
+# 1), LIMIT (seconds for the whole run, default 500) and AUTOTUNE (the sweeps' --autotune,
+# default upstream) choose the grid, the machine and how fla's autotuners run; a job
 # whose folder holds rows from an earlier run resumes it (else starts it afresh). TUNED, a
 # folder of fla's autotune results kept between runs (fla_autotune.sh), spares the releases'
 # first calls minutes of autotuning.
@@ -37,7 +38,7 @@ for release in "$@"; do
         dir="$out/$name/$op"
         jobs+=("PYTHONPATH=$site${deps:+:$deps}:${PYTHONPATH:-} timeout -k 30 -s INT \$LEFT \
             python -m harness sweep --op $op --impl fla --dtype ${DTYPES:-fp32,bf16} --T ${TS:-1,65,1000} \
-            --H 2 --K 64 --V 64 --M 64 --quiet --out $dir \$(run_folder_flag $dir) >> $dir.log 2>&1
+            --H 2 --K 64 --V 64 --M 64 --autotune ${AUTOTUNE:-upstream} --quiet --out $dir \$(run_folder_flag $dir) >> $dir.log 2>&1
             echo \"$name $op: exit \$?\"")
     done
 done

@@ -21,7 +21,7 @@ from harness.golden_cache import GoldenCache, default_dir
 from harness.registry import OPS, get_op, op_symbols
 from harness.run_folder import RunFolderError, prepare
 from harness.supervisor import resume_arguments, resume_command, tell_run_folder
-from harness import upstream
+from harness import autotune_mode, upstream
 from harness.checks import EXTRA_CHECKS
 from harness.runner import implementations
 from reports.schema import SHAPE
@@ -93,6 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run an external implementation in place of our VARIANT (repeatable); "
                             "`--impl fla` runs upstream flash-linear-attention's variants instead of "
                             "ours")
+    sweep.add_argument("--autotune", choices=autotune_mode.MODES, default="upstream",
+                       help="upstream (default): an external implementation's autotuners time every "
+                            "config, as its users' do; first: each runs the first config it would "
+                            "time, untimed, so a cold sweep compiles a kernel once instead of every "
+                            "config (its rows say so)")
     sweep.add_argument("--out", type=Path, help="output folder (default results/<run id>)")
     sweep.add_argument("--golden-cache", type=Path, default=None,
                        help="folder of stored goldens (default $HARNESS_GOLDEN_CACHE or "
@@ -252,6 +257,12 @@ def plan_sweep(args):
     elif args.checks != ["none"]:
         _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
     external, sets = _parse_impls(args.impl, specs)
+    note = ""
+    if getattr(args, "autotune", "upstream") == "first":
+        if not (external or sets):
+            raise UsageError("--autotune first is for an external implementation's autotuners (--impl); ours have none")
+        autotune_mode.first_config_only()
+        note = autotune_mode.NOTE
     overrides = {axis: getattr(args, axis) for axis in SHAPE if axis not in ("K", "V")}
     overrides.update(h0=args.h0, gate=args.gate, varlen=args.varlen, option=args.option)
     if args.K or args.V:
@@ -270,7 +281,7 @@ def plan_sweep(args):
         if not variants:
             raise UsageError(f"{' and '.join(sets)} has none of the variants asked for of {spec.name}")
         try:
-            impls = implementations(spec, variants, chosen, releases)
+            impls = implementations(spec, variants, chosen, releases, note)
         except ValueError as exc:
             raise UsageError(str(exc).rstrip("."))
         for case in expand(spec, args.dtype, preset, overrides, args.seed):

@@ -34,17 +34,19 @@ class Implementation:
     fn: Callable
 
 
-def implementations(spec: OpSpec, variants, external: dict, releases: dict | None = None
+def implementations(spec: OpSpec, variants, external: dict, releases: dict | None = None, note: str = ""
                     ) -> list[Implementation]:
     """Our variants, with any `external` {variant: 'module:function'} put in their place, labelled
-    with their release where `releases` {variant: 'fla 0.6.0 (fla-core)'} names one."""
+    with their release where `releases` {variant: 'fla 0.6.0 (fla-core)'} names one, and with
+    `note` (how they were run, e.g. `autotune_mode.NOTE`)."""
     result = []
     releases = releases or {}
     for variant in variants:
         if variant in external:
             target = external[variant]
             fn = upstream.set_function(target, spec) if variant in releases else load_function(target)
-            label = external[variant] + (f" [{releases[variant]}]" if variant in releases else "")
+            said = "; ".join(part for part in (releases.get(variant), note) if part)
+            label = target + (f" [{said}]" if said else "")
             result.append(Implementation(variant, label, fn))
         else:
             result.append(Implementation(variant, "ours", spec.variant_fn(variant)))

@@ -1,0 +1,98 @@
+"""`sweep --autotune first` (harness/autotune_mode.py): each autotuner compiles and times the first
+config its kernel's pruning leaves, not every config; the rows say so; asked for with nothing
+external to autotune, it is a usage error."""
+import pandas as pd
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.autotuner import Autotuner
+
+from harness import autotune_mode, interpreted_upstream
+from harness.cli import main
+from tests.test_upstream import stub_fla  # noqa: F401  (the stand-in fla 0.6.0 fixture)
+
+
+def _without_the_narrowest(configs, named_args, **kwargs):
+    """The kernel's own pruning: its first declared config is never eligible."""
+    return [c for c in configs if c.kwargs["WIDTH"] > 2]
+
+
+@triton.autotune(configs=[triton.Config({"WIDTH": w}) for w in (2, 4, 8)], key=["n"],
+                 prune_configs_by={"early_config_prune": _without_the_narrowest})
+@triton.jit
+def _doubled_with_width(x, y, width, n, WIDTH: tl.constexpr):
+    """y = 2 x on the first WIDTH elements; `width` holds the WIDTH it ran with."""
+    o = tl.arange(0, WIDTH)
+    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
+    tl.store(width, WIDTH)
+
+
+@pytest.fixture()
+def restored(monkeypatch):
+    """The autotuner class as it was, after the test; its timings untimed in the interpreter."""
+    monkeypatch.setattr(Autotuner, "prune_configs", Autotuner.prune_configs)
+    monkeypatch.setattr(Autotuner, "do_bench", Autotuner.__dict__["do_bench"])
+    interpreted_upstream.prepare()
+    monkeypatch.setattr(_doubled_with_width, "cache", {})
+
+
+@pytest.fixture()
+def timed(monkeypatch):
+    """The WIDTH of every config the autotuners time."""
+    widths, bench = [], Autotuner._bench
+
+    def recorded(self, *args, config, **kwargs):
+        widths.append(config.kwargs["WIDTH"])
+        return bench(self, *args, config=config, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "_bench", recorded)
+    return widths
+
+
+def _run_width(n: int) -> int:
+    """The WIDTH a call with key n ran with."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, y = torch.arange(8.0, device=device), torch.zeros(8, device=device)
+    width = torch.zeros(1, dtype=torch.int32, device=device)
+    _doubled_with_width[(1,)](x, y, width, n)
+    w = width.item()
+    assert torch.equal(y[:w], 2 * x[:w])
+    return w
+
+
+def test_upstream_autotuning_times_every_eligible_config(restored, timed):
+    _run_width(8)
+    assert sorted(timed) == [4, 8]
+
+
+def test_first_runs_the_first_config_the_kernels_pruning_leaves_and_times_no_other(restored, timed):
+    autotune_mode.first_config_only()
+    autotune_mode.first_config_only()   # a second request does not wrap the first
+    assert _run_width(7) == 4
+    assert set(timed) <= {4}   # a Triton that skips timing a lone config times none
+    assert Autotuner.prune_configs.keeps_first
+
+
+def _sweep(tmp_path, *extra):
+    out = tmp_path / "out"
+    code = main(["sweep", "--op", "gla", "--variant", "chunk", "--preset", "smoke", "--dtype", "fp32",
+                 "--checks", "none", "--no-golden-cache", "--quiet", "--out", str(out), *extra])
+    return code, (pd.read_csv(out / "results.csv") if code != 2 else None)
+
+
+@pytest.mark.parametrize("impl,label", [
+    ("fla", "fla.ops.gla:chunk_gla [fla 0.6.0; first config of each autotuner]"),
+    ("chunk=fla_kernels.ops.gla:chunk_gla", "fla_kernels.ops.gla:chunk_gla [first config of each autotuner]")])
+def test_the_rows_of_a_first_config_sweep_say_so(stub_fla, restored, tmp_path, impl, label):  # noqa: F811
+    code, rows = _sweep(tmp_path, "--impl", impl, "--autotune", "first")
+    assert code == 0
+    assert set(rows["impl"]) == {label}
+
+
+def test_first_without_an_external_implementation_is_a_usage_error(restored, tmp_path, capsys):
+    code, _ = _sweep(tmp_path, "--autotune", "first")
+    assert code == 2
+    assert "--autotune first is for an external implementation's autotuners (--impl); ours have none" in \
+        capsys.readouterr().err
+    assert not getattr(Autotuner.prune_configs, "keeps_first", False)
