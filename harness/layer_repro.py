@@ -35,7 +35,7 @@ _COPIED = (declaration.InputSpec, declaration.StateSpec, declaration.OptionSpec,
            layer.run_segments, layer._tensors, layer.baseline_functions, layer.compare_runs, layer._prefixed,
            layer.chain_difference, layer.no_gradients_row,
            upstream_layers.in_kernel_transforms, upstream_layers.shape_arguments, upstream_layers._swap_state,
-           upstream_layers.as_release_call, upstream_layers.kernels_replaced, upstream_layers._run,
+           upstream_layers.as_release_call, upstream_layers.kernels_replaced, upstream_layers._run, upstream_layers.lacks,
            upstream_layers.layer_rows, upstream_layers._padded_rows)
 # the tensors whose tolerances the layer rows take (outputs as o, parameter gradients as dq)
 _TOLERANCE_ROWS = ("o", "dq")

@@ -161,10 +161,23 @@ def kernels_replaced(layer, names, spec, reference):
 
 def _run(layer, x, dy, segments, cache_class, backward, mask=None):
     """`run_segments` of a copy of the release's layer: one call (with `mask` as its
-    attention_mask), or segments through a new cache of the release's."""
+    attention_mask, where given), or segments through a new cache of the release's; keywords
+    the call does not need are not passed (fla 0.1's LinearAttention.forward takes x alone)."""
     chained = len(segments) > 1
+    call = ({"use_cache": True} if chained else {}) | ({} if mask is None else {"attention_mask": mask})
     return run_segments(copy.deepcopy(layer), x, dy, segments, cache_class() if chained else None,
-                        backward, attention_mask=mask, use_cache=chained)
+                        backward, **call)
+
+
+def lacks(layer, label: str) -> dict:
+    """{row: why} of the rows the release's layer cannot have: its forward names no
+    past_key_values (it keeps no cache, so no segments) or no attention_mask (no padded batch)."""
+    forward = parameters_of(layer.forward)
+    name = f"{label} ({type(layer).__name__}.forward({', '.join(forward)}))"
+    return {row: f"{name} takes no {keyword}: {what} not run"
+            for row, keyword, what in ((f"{label}: cache", "past_key_values", "its segments through a cache are"),
+                                       (f"{label}: padded batch", "attention_mask", "its left-padded batch is"))
+            if keyword not in forward}
 
 
 def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True) -> list[dict]:
@@ -214,8 +227,10 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
         if not bitwise_equal(x_after, x):
             rows.append(make_row("layer", f"{label}: x", verdict="FAIL", message=f"the layer wrote into "
                                  f"its input ({describe_difference(x_after, x)} changed)"))
+        lacking = lacks(layer, label)
+        rows += [make_row("layer", row, verdict="SKIP", message=why) for row, why in lacking.items()]
         segments = segment_bounds(case.T)
-        if segments:
+        if segments and f"{label}: cache" not in lacking:
             step = "its segments through the cache"
             gold_s, base_s = references(x, dy, segments)
             broken_chain = chain_difference(*gold_s, *gold, rel_tol=CHAIN_REL_TOL_FLOAT32_HELPERS)
@@ -227,7 +242,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
             rows.append(make_row("layer", f"{label}: cache", verdict="FAIL" if changed else "PASS",
                                  message=f"the layer wrote into the cached state ({changed[0]} changed)"
                                  if changed else ""))
-        if case.B > 1 and case.T > PADDED:
+        if case.B > 1 and case.T > PADDED and f"{label}: padded batch" not in lacking:
             step = "a left-padded batch"
             rows += _padded_rows(layer, x, dy, references, cache_class, label, case, make_row, dtype,
                                  backward)

@@ -173,14 +173,32 @@ FORWARD_ONLY = ("            return o, (ht.transpose(-1, -2) if state_v_first an
                 raise NotImplementedError("Backward pass is not implemented yet")""")
 
 
+# layers of releases that keep no cache: forward(x) returning y alone (fla 0.1's LinearAttention),
+# and forward(x, **kwargs) that takes and ignores any keyword (0.2's and 0.3's)
+STATELESS = {
+    "stateless": "def forward(self, hidden_states):",
+    "stateless_kwargs": "def forward(self, hidden_states, **kwargs):",
+}
+_FORWARD = """def forward(self, hidden_states, attention_mask=None, past_key_values=None, use_cache=False,
+                        **kwargs):"""
+_NO_CACHE = """
+                attention_mask, past_key_values, use_cache = None, None, False"""
+
+
 def release(changes: str | None = None) -> dict:
-    """RELEASE, or RELEASE with `changes` ("+"-joined): one of MISTAKES in its layer,
-    "forward_only" (FORWARD_ONLY), or "unbuildable", a layers package that does not import (fla's
-    needs transformers)."""
+    """RELEASE, or RELEASE with `changes` ("+"-joined): one of MISTAKES in its layer, one of
+    STATELESS's forwards, "forward_only" (FORWARD_ONLY), or "unbuildable", a layers package that
+    does not import (fla's needs transformers)."""
     files = dict(RELEASE)
     for change in (changes or "").split("+") if changes else []:
         if change == "unbuildable":
             files["fla/layers/__init__.py"] = "raise ImportError('No module named transformers')"
+            continue
+        if change in STATELESS:
+            layer = files["fla/layers/gla.py"]
+            assert _FORWARD in layer and "return o, None, past_key_values" in layer
+            files["fla/layers/gla.py"] = layer.replace(_FORWARD, STATELESS[change] + _NO_CACHE).replace(
+                "return o, None, past_key_values", "return o")
             continue
         path, (old, new) = (("fla/ops/gla/__init__.py", FORWARD_ONLY) if change == "forward_only"
                             else ("fla/layers/gla.py", MISTAKES[change]))

@@ -73,6 +73,24 @@ def test_a_forward_only_function_still_has_its_layers_forward_checked(layer_rele
     assert set(ours.loc[ours["tensor"] != "gradients", "verdict"]) == {"PASS"}, ours
 
 
+@pytest.mark.parametrize("layer_release, failing", [
+    ("stateless", None), ("stateless_kwargs", None), ("stateless+input_written", "x")], indirect=["layer_release"])
+def test_a_layer_that_keeps_no_cache_has_its_one_call_checked_and_the_rest_skipped(layer_release, failing, tmp_path):
+    """fla's LinearAttention before 0.4 returns y alone and names neither a cache nor a mask
+    (forward(x), or forward(x, **kwargs) ignoring them): its one call is checked, and the cache
+    and padded-batch rows are SKIPs saying why, not ERRORs; a mistake in the one call still fails."""
+    rows = layer_rows(tmp_path)
+    ones = {"y"} | {f"d{p}" for p in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gk_proj.weight",
+                                        "gk_proj.bias", "g_norm.weight", "o_proj.weight")}
+    assert set(rows) == ones | {"cache", "padded batch"} | ({failing} if failing else set()), set(rows)
+    for row, keyword in (("cache", "past_key_values"), ("padded batch", "attention_mask")):
+        verdict, message = rows[row]
+        assert verdict == "SKIP" and f"takes no {keyword}" in message and "GatedLinearAttention.forward(" in message
+    assert {t for t in ones if rows[t][0] != "PASS"} == set(), rows
+    if failing:
+        assert rows[failing][0] == "FAIL" and "the layer wrote into its input" in rows[failing][1]
+
+
 @pytest.mark.parametrize("layer_release", ["unbuildable"], indirect=True)
 def test_a_layer_the_release_cannot_build_is_a_skip(layer_release, tmp_path):
     rows = layer_rows(tmp_path)

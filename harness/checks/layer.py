@@ -44,16 +44,18 @@ def _run(layer, kernel, x, dy, segments, backward=True):
 
 def run_segments(layer, x, dy, segments, cache=None, backward=True, **call):
     """(y, the parameter gradients of sum(y * dy), x after, [(a state handed in, its copy)]) of
-    `layer` over x's `segments`, each call taking the cache the last one returned (from `cache`)
-    and the keywords `call`; without `backward`, no gradients ({}). x is copied first, so a layer
-    that writes into it shows."""
+    `layer` over x's `segments`, each call taking the cache the last one returned (from `cache`;
+    none passed without one) and the keywords `call`; without `backward`, no gradients ({}). A
+    layer returns (y, attentions, cache), or y alone where it keeps no cache (fla's
+    LinearAttention before 0.4). x is copied first, so a layer that writes into it shows."""
     x = x.detach().clone()
     pieces, handed = [], []
     with torch.set_grad_enabled(backward):
         for t0, t1 in segments:
             if cache is not None and len(cache) > 0:
                 handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
-            y, _, cache = layer(x[:, t0:t1], past_key_values=cache, **call)
+            out = layer(x[:, t0:t1], **({} if cache is None else {"past_key_values": cache}), **call)
+            y, cache = (out[0], out[-1]) if isinstance(out, tuple) else (out, None)
             pieces.append(y)
         y = torch.cat(pieces, dim=1)
     if backward:
