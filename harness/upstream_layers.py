@@ -192,6 +192,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
             torch.manual_seed(case.seed)
             layer = load_function(target)(mode=impl.variant, layer_idx=0,
                                           **shape_arguments(case, arguments)).to(device=device, dtype=dtype)
+        layer.train(backward)   # an inference kernel's layer runs as in inference (fla's refuse training there)
     except Exception as exc:
         return [make_row("layer", label, verdict="SKIP", message=f"{target} in mode {impl.variant} does not "
                          f"build here: {type(exc).__name__}: {exc}"[:500])]

@@ -151,6 +151,11 @@ MISTAKES = {
     # the input scaled in place
     "input_written": ("batch_size, q_len, _ = hidden_states.shape",
                       "batch_size, q_len, _ = hidden_states.mul_(1.5).shape"),
+    # not a mistake: a mode whose kernel has no backward refused in training, as fla's GatedDeltaNet
+    "refuses_training": ("batch_size, q_len, _ = hidden_states.shape",
+                         "assert not (self.training and self.mode == 'fused_recurrent'), "
+                         "'Only chunk mode is supported in training.'\n"
+                         "                batch_size, q_len, _ = hidden_states.shape"),
 }
 
 

@@ -51,12 +51,14 @@ def test_a_planted_layer_mistake_fails_its_own_row(layer_release, tmp_path, fail
 
 
 @pytest.mark.parametrize("layer_release, failing", [
-    ("forward_only", None), ("forward_only+state_stored_transposed", "float64 segments"),
+    ("forward_only", None), ("forward_only+refuses_training", None),
+    ("forward_only+state_stored_transposed", "float64 segments"),
     ("forward_only+mask_ignored", "y (padded batch, sequence 1)")], indirect=["layer_release"])
 def test_a_forward_only_function_still_has_its_layers_forward_checked(layer_release, failing, tmp_path):
     """An inference kernel (its backward raises NotImplementedError, as fla's fused_recurrent of
     the gated delta rule) is a SKIP for its gradients, and both layers around it are checked in
-    their forward: output, the cache across segments, padding; a mistake there still fails."""
+    their forward, in inference (a layer that refuses training in that mode runs): output, the
+    cache across segments, padding; a mistake there still fails."""
     rows = layer_rows(tmp_path)
     forward = {"y", "y (segments)", "float64 segments", "cache", "y (padded batch, sequence 0)",
                "y (padded batch, sequence 1)"}
