@@ -4,28 +4,12 @@ external to autotune, it is a usage error."""
 import pandas as pd
 import pytest
 import torch
-import triton
-import triton.language as tl
 from triton.runtime.autotuner import Autotuner
 
 from harness import autotune_mode, interpreted_upstream
 from harness.cli import main
+from tests.autotuned_kernels import doubled_with_width
 from tests.test_upstream import stub_fla  # noqa: F401  (the stand-in fla 0.6.0 fixture)
-
-
-def _without_the_narrowest(configs, named_args, **kwargs):
-    """The kernel's own pruning: its first declared config is never eligible."""
-    return [c for c in configs if c.kwargs["WIDTH"] > 2]
-
-
-@triton.autotune(configs=[triton.Config({"WIDTH": w}) for w in (2, 4, 8)], key=["n"],
-                 prune_configs_by={"early_config_prune": _without_the_narrowest})
-@triton.jit
-def _doubled_with_width(x, y, width, n, WIDTH: tl.constexpr):
-    """y = 2 x on the first WIDTH elements; `width` holds the WIDTH it ran with."""
-    o = tl.arange(0, WIDTH)
-    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
-    tl.store(width, WIDTH)
 
 
 @pytest.fixture()
@@ -34,7 +18,7 @@ def restored(monkeypatch):
     monkeypatch.setattr(Autotuner, "prune_configs", Autotuner.prune_configs)
     monkeypatch.setattr(Autotuner, "do_bench", Autotuner.__dict__["do_bench"])
     interpreted_upstream.prepare()
-    monkeypatch.setattr(_doubled_with_width, "cache", {})
+    monkeypatch.setattr(doubled_with_width, "cache", {})
 
 
 @pytest.fixture()
@@ -55,7 +39,7 @@ def _run_width(n: int) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x, y = torch.arange(8.0, device=device), torch.zeros(8, device=device)
     width = torch.zeros(1, dtype=torch.int32, device=device)
-    _doubled_with_width[(1,)](x, y, width, n)
+    doubled_with_width[(1,)](x, y, width, n)
     w = width.item()
     assert torch.equal(y[:w], 2 * x[:w])
     return w

@@ -2,22 +2,12 @@
 (harness/interpreted_upstream.py): they run, on their first config, computing what they compute."""
 import pytest
 import torch
-import triton
-import triton.language as tl
 from triton.runtime.autotuner import Autotuner
 
 from harness import interpreted_upstream
+from tests.autotuned_kernels import doubled_with_width
 
 pytestmark = pytest.mark.skipif(not interpreted_upstream.needed(), reason="the interpreter without a GPU only")
-
-
-@triton.autotune(configs=[triton.Config({"WIDTH": 4}), triton.Config({"WIDTH": 8})], key=["n"])
-@triton.jit
-def _doubled_with_width(x, y, width, n, WIDTH: tl.constexpr):
-    """y = 2 x on the first WIDTH elements; `width` holds the WIDTH it ran with."""
-    o = tl.arange(0, WIDTH)
-    tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
-    tl.store(width, WIDTH)
 
 
 @pytest.fixture()
@@ -30,10 +20,10 @@ def restored(monkeypatch):
 
 
 def test_an_autotuned_kernel_runs_its_first_config_untimed(restored):
-    """Unprepared, the autotuner asks the GPU driver to time the two configs, and raises."""
+    """Unprepared, the autotuner asks the GPU driver to time its eligible configs, and raises."""
     x, y, width = torch.arange(8.0), torch.zeros(8), torch.zeros(1, dtype=torch.int32)
     interpreted_upstream.prepare()
-    _doubled_with_width[(1,)](x, y, width, 8)
+    doubled_with_width[(1,)](x, y, width, 8)
     assert width.item() == 4
     assert torch.equal(y, torch.cat([2 * x[:4], torch.zeros(4)]))
 
