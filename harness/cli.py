@@ -260,7 +260,8 @@ def plan_sweep(args):
     note = ""
     if getattr(args, "autotune", "upstream") == "first":
         if not (external or sets):
-            raise UsageError("--autotune first is for an external implementation's autotuners (--impl); ours have none")
+            raise UsageError("--autotune first is for an external implementation's autotuners (--impl); "
+                             "ours have none")
         autotune_mode.first_config_only()
         note = autotune_mode.NOTE
     overrides = {axis: getattr(args, axis) for axis in SHAPE if axis not in ("K", "V")}

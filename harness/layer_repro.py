@@ -30,12 +30,14 @@ from harness.tolerance import tolerance_for
 _COPIED = (declaration.InputSpec, declaration.StateSpec, declaration.OptionSpec, declaration.Symbol,
            declaration.LayerSpec, declaration.OpSpec, declaration.load_function, cases.Case,
            packing.per_sequence, upstream.parameters_of, upstream.release_keywords, upstream._release_name,
-           float32_helpers._cast, float32_helpers._holds, float32_helpers.in_float32, float32_helpers.helpers_in_float32,
+           float32_helpers._cast, float32_helpers._holds, float32_helpers.in_float32,
+           float32_helpers.helpers_in_float32,
            bits._bits, bits.bitwise_equal, bits.describe_difference, segments.segment_bounds,
            layer.run_segments, layer._tensors, layer.baseline_functions, layer.compare_runs, layer._prefixed,
            layer.chain_difference, layer.no_gradients_row,
            upstream_layers.in_kernel_transforms, upstream_layers.shape_arguments, upstream_layers._swap_state,
-           upstream_layers.as_release_call, upstream_layers.kernels_replaced, upstream_layers._run, upstream_layers.lacks,
+           upstream_layers.as_release_call, upstream_layers.kernels_replaced, upstream_layers._run,
+           upstream_layers.lacks,
            upstream_layers.layer_rows, upstream_layers._padded_rows)
 # the tensors whose tolerances the layer rows take (outputs as o, parameter gradients as dq)
 _TOLERANCE_ROWS = ("o", "dq")

@@ -174,9 +174,9 @@ def lacks(layer, label: str) -> dict:
     past_key_values (it keeps no cache, so no segments) or no attention_mask (no padded batch)."""
     forward = parameters_of(layer.forward)
     name = f"{label} ({type(layer).__name__}.forward({', '.join(forward)}))"
-    return {row: f"{name} takes no {keyword}: {what} not run"
-            for row, keyword, what in ((f"{label}: cache", "past_key_values", "its segments through a cache are"),
-                                       (f"{label}: padded batch", "attention_mask", "its left-padded batch is"))
+    rows = ((f"{label}: cache", "past_key_values", "its segments through a cache are"),
+            (f"{label}: padded batch", "attention_mask", "its left-padded batch is"))
+    return {row: f"{name} takes no {keyword}: {what} not run" for row, keyword, what in rows
             if keyword not in forward}
 
 
@@ -192,7 +192,7 @@ def layer_rows(spec, case, impl, set_name: str, device, make_row, backward=True)
             torch.manual_seed(case.seed)
             layer = load_function(target)(mode=impl.variant, layer_idx=0,
                                           **shape_arguments(case, arguments)).to(device=device, dtype=dtype)
-        layer.train(backward)   # an inference kernel's layer runs as in inference (fla's refuse training there)
+        layer.train(backward)   # an inference kernel's layer runs in inference (fla's refuse training there)
     except Exception as exc:
         return [make_row("layer", label, verdict="SKIP", message=f"{target} in mode {impl.variant} does not "
                          f"build here: {type(exc).__name__}: {exc}"[:500])]
