@@ -117,11 +117,15 @@ def test_a_case_deaf_to_a_stop_then_killed_whole_runs_again_on_resume(undisturbe
     """`timeout -k`: SIGINT to the process tree, SIGKILL when a worker deaf to it (inside a long
     compile) has not ended. The case did not end its process, so the resumed run runs it again
     (no ERROR row) and ends with the rows of a run never stopped."""
+    deaf = tmp_path.parent / f"{tmp_path.name}.deaf"
     proc = subprocess.Popen([sys.executable, "-m", "harness", *sweep_args("deaf", tmp_path)],
-                            env={**env(), "TOY_DEAF": "1"}, stdout=subprocess.DEVNULL,
+                            env={**env(), "TOY_DEAF": str(deaf)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for_marker(tmp_path, DYING)
+        end = time.time() + 60
+        while not deaf.exists() and time.time() < end:   # the stop must come once the worker is deaf
+            time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGINT)
         end = time.time() + 30
         while not (tmp_path / supervisor.STOPPED).exists() and time.time() < end:

@@ -76,10 +76,13 @@ chunk_toy_decay_hanging_at_T20 = _dying_at(20, lambda: time.sleep(600), "chunk_t
 
 
 def _deaf_while_told():
-    """With TOY_DEAF set, stays in the case deaf to SIGINT and SIGTERM, as a process inside a long
-    compile is; without it, returns (the case only needed more time)."""
+    """With TOY_DEAF set (to a file's path), stays in the case deaf to SIGINT and SIGTERM, as a
+    process inside a long compile is, and writes that file once deaf (a stop sent before then
+    would be heard); without it, returns (the case only needed more time)."""
     if os.environ.get("TOY_DEAF"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        with open(os.environ["TOY_DEAF"], "w") as deaf:
+            deaf.write("deaf\n")
         time.sleep(600)
 
 
