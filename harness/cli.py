@@ -258,7 +258,7 @@ def plan_sweep(args):
         _check_choices("check", args.checks, list(EXTRA_CHECKS) + ["none"])
     external, sets = _parse_impls(args.impl, specs)
     note = ""
-    if getattr(args, "autotune", "upstream") == "first":
+    if args.autotune == "first":
         if not (external or sets):
             raise UsageError("--autotune first is for an external implementation's autotuners (--impl); "
                              "ours have none")

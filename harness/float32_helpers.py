@@ -17,6 +17,8 @@ import sys
 
 import torch
 
+from harness.checks.layer import tensors_in
+
 
 def _cast(value, source: torch.dtype, target: torch.dtype):
     """`value` with every `source` tensor in it (through tuples, lists and dicts) as `target`."""
@@ -34,17 +36,6 @@ def _cast(value, source: torch.dtype, target: torch.dtype):
 _depth = [0]   # helper calls under way: a helper's calls to other helpers stay in float32
 
 
-def _holds(value, dtype: torch.dtype) -> bool:
-    """Whether `value` has a tensor of `dtype` in it (through tuples, lists and dicts)."""
-    if isinstance(value, torch.Tensor):
-        return value.dtype == dtype
-    if isinstance(value, (tuple, list)):
-        return any(_holds(v, dtype) for v in value)
-    if isinstance(value, dict):
-        return any(_holds(v, dtype) for v in value.values())
-    return False
-
-
 def in_float32(fn):
     """`fn` taking float64 tensors as float32 and giving float32 results back as float64, where it
     is called with a float64 tensor and not by another such helper. A helper's autograd backward
@@ -52,7 +43,7 @@ def in_float32(fn):
     recomputes its norm's output in `layer_norm_bwd`): those calls are left in float32."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        if _depth[0] or not _holds((args, kwargs), torch.float64):
+        if _depth[0] or not any(t.dtype == torch.float64 for t in tensors_in((args, kwargs))):
             return fn(*args, **kwargs)
         args, kwargs = _cast((args, kwargs), torch.float64, torch.float32)
         _depth[0] += 1

@@ -53,7 +53,7 @@ def run_segments(layer, x, dy, segments, cache=None, backward=True, **call):
     with torch.set_grad_enabled(backward):
         for t0, t1 in segments:
             if cache is not None and len(cache) > 0:
-                handed += [(t, t.detach().clone()) for t in _tensors(cache[0])]
+                handed += [(t, t.detach().clone()) for t in tensors_in(cache[0])]
             out = layer(x[:, t0:t1], **({} if cache is None else {"past_key_values": cache}), **call)
             y, cache = (out[0], out[-1]) if isinstance(out, tuple) else (out, None)
             pieces.append(y)
@@ -64,14 +64,14 @@ def run_segments(layer, x, dy, segments, cache=None, backward=True, **call):
     return y.detach(), grads, x, handed
 
 
-def _tensors(entry) -> list:
+def tensors_in(entry) -> list:
     """Every tensor of a cache entry (a tensor, or a dict, tuple or list of them, nested)."""
     if isinstance(entry, torch.Tensor):
         return [entry]
     if isinstance(entry, dict):
         entry = list(entry.values())
     if isinstance(entry, (tuple, list)):
-        return [t for e in entry for t in _tensors(e)]
+        return [t for e in entry for t in tensors_in(e)]
     return []
 
 
