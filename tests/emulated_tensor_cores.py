@@ -45,7 +45,14 @@ def _bf16_for_tf32(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
         return dot.mma(a, b, FP32_DOT, OPERAND_DTYPE)
 
 
-PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once}
+@triton.jit
+def _unrounded(x, FP32_DOT: tl.constexpr):
+    """A planted `chunk_pairs.operand` that leaves x unrounded: the products still read it as
+    tf32, and the sums formed from x elsewhere no longer see the same number."""
+    return x.to(tl.float32)
+
+
+PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once, "unrounded": _unrounded}
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SPLIT_PRODUCTS = ("mma_split", "mma_tf32_split")   # what a planted product takes the place of
 

@@ -59,3 +59,19 @@ def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
     assert planted["golden: dbeta"][0] == "PASS", planted
     assert planted[sums[0]][0] == "FAIL", planted
     assert planted[sums[0]][1] > 2 * rows[sums[0]][1], (planted[sums[0]], rows[sums[0]])
+
+
+def test_kda_pair_gradients_take_both_sides_of_a_pair_from_the_same_rounded_operands():
+    """kda's pair gradients (ops/common/chunk_pairs.py) in tf32: the gate gradient takes each
+    pair's row and column terms from the same tf32-rounded operands, so the pairs' part of dg
+    sums to zero over a chunk up to float32 rounding. Left unrounded on the sums' side, the
+    products' roundings no longer cancel and dg summed over t leans past its bound (fp16), while
+    every element passes."""
+    args = ("case", "kda", "chunk", "fp16", "1", "65", "2", "16", "16", "normal", "none", "none",
+            "none")
+    sums = ("aggregate: dg (sum over t)", "aggregate: dg (sum over b, t, h)")
+    rows = emulated(*args)
+    assert all(rows[t][0] == "PASS" for t in sums + ("golden: dg",)), rows
+    planted = emulated(*args, "unrounded@fla_kernels.ops.common.chunk_pairs:operand")
+    assert planted["golden: dg"][0] == "PASS", planted
+    assert planted[sums[0]][0] == "FAIL", planted

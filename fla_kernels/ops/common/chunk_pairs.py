@@ -23,16 +23,19 @@ per-chunk kernels), adds their parts to dq, dk and dG, the gradient of G, in pla
     dk_t += sum_s E_ts k_s exp(G_t - G_s)         dk_s += sum_t E_ts k_t exp(G_t - G_s)
     dG_t += a_t * (its row sum),                  dG_s -= b_s * (its column sum)
 The diagonal of Aqk carries no gate (exp(0)): its pair adds and subtracts q_t k_t D_tt on the same
-row of dG, so it is left out of dG instead of cancelling to rounding. The row and the column sums
-of one pair are formed by different products, so their roundings do not cancel in dG: with tf32
-operands (10 bits) the residue biased dg the same way at every token (fp16, H100: dg summed
-over t 1.1 to 4 times its bound, each element well inside its own), so those products are split
-to about 16 bits (`mma_split`).
+row of dG, so it is left out of dG instead of cancelling to rounding. Products take tf32 operands
+(`mma`). The pairs' part of dG sums to zero over a chunk; formed as a_t * (its row sum) with a_t
+unrounded while the product read a rounded b_s, each pair's two sides differed by the operands'
+10-bit roundings, which do not cancel (fp16: dg summed over t 2 to 6 times its bound, each
+element well inside its own), so dG takes both sides of a pair from the same rounded operands
+(`operand`): a pair's row term and its column term are then the same product of the same three
+numbers, and the sums cancel to float32 rounding. Akk and Aqk have no cancelling partner: one
+tf32 product each.
 """
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.dot import mma_split
+from fla_kernels.ops.common.dot import mma, round_tf32
 from fla_kernels.ops.common.tiles import gather_rows, head_program, load_rows, load_rows_t, store_rows
 
 SPLIT_SPAN = tl.constexpr(60.0)   # the largest decay within a block whose exponent is split at its first row
@@ -80,35 +83,53 @@ def pair_entries(A, row, c0, t, cols, m, T, H: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
+def operand(x, FP32_DOT: tl.constexpr):
+    """x as a product's float32 operand: rounded to tf32 (`round_tf32`) for the tensor cores, as
+    they will read it, so that a sum formed elsewhere from the same value sees the same number;
+    unchanged for IEEE products (FP32_DOT)."""
+    if FP32_DOT:
+        return x.to(tl.float32)
+    else:
+        return round_tf32(x)
+
+
+@triton.jit
 def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, c0, T, H: tl.constexpr,
                     K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                     FP32_DOT: tl.constexpr, i_k):
-    """(rq, rk, c) [BT, BK] of the chunk at c0 in key columns i_k*BK.., for D and E its [BT, BT]
-    lower pair gradients (Dt, Et their transposes) and G the rows' cumulative gates:
+    """(rq, rk, c, dG) [BT, BK] of the chunk at c0 in key columns i_k*BK.., for D and E its
+    [BT, BT] lower pair gradients (Dt, Et their transposes) as product operands (`operand`) and
+    G the rows' cumulative gates:
         rq_t = sum_{s<t} D_ts k_s exp(G_t - G_s)      rk_t = sum_{s<t} E_ts k_s exp(G_t - G_s)
         c_s = sum_{t>s} (D_ts q_t + E_ts k_t) exp(G_t - G_s)
-    Each step's gathered rows, cumulative gates and exponentials serve all four sums: a row's decay
-    towards a reference row is exp(-|G_t - G_e|) either way (the row sums' rows follow their
-    reference, the column sums' precede it), taken as one exp of a non-positive exponent. Blocks
-    of BC rows against the rows before them are products, with e the last row before block m;
-    pairs inside one block are summed a column at a time, every block's j-th at once."""
+    and dG_t = q_t rq_t + k_t (rk_t - c_t), the pairs' part of the gate gradient, whose sum over
+    the chunk is zero: every pair adds its term to its row and takes it from its column.
+    Step m takes the rows of block m against every row before it, with e the last row before
+    block m: the row sums through (a exp(G_t - G_e)) D (b exp(G_e - G_s)), the column sums of
+    the same pairs through the transposes and the same operands. dG takes each pair's two sides
+    from the same tf32-rounded operands (`operand`), so they cancel to float32 rounding, not to
+    the operands' (10 bits, which biased dg summed over a chunk 2-6 x its bound at fp16). Pairs
+    inside one block split their exponent at the block's first row r where its decay is at most
+    SPLIT_SPAN, else are summed a column at a time, every block's j-th at once, in float32."""
     r = tl.arange(0, BT)
     rq = tl.zeros([BT, BK], dtype=tl.float32)
-    rk = tl.zeros([BT, BK], dtype=tl.float32)
-    c = tl.zeros([BT, BK], dtype=tl.float32)
+    rkc = tl.zeros([BT, BK], dtype=tl.float32)
+    dG = tl.zeros([BT, BK], dtype=tl.float32)
     for m in tl.static_range(1, BT // BC):
         G_e = cumgate_row(gc, base, c0 + m * BC - 1, T, H, K, BK, i_k)
         before = (r < m * BC)[:, None]
-        X = decay(tl.where(before, G_e[None, :] - G, G - G_e[None, :]))
-        kX = b_k * X
-        k_before = tl.where(before, kX, 0.0)
         own = ((r // BC) == m)[:, None]
-        rq += tl.where(own, mma_split(tl.where(own, D, 0.0), k_before, FP32_DOT) * X, 0.0)
-        rk += tl.where(own, mma_split(tl.where(own, E, 0.0), k_before, FP32_DOT) * X, 0.0)
-        prev = ((r // BC) == m - 1)[:, None]
-        part = mma_split(tl.where(prev, Dt, 0.0), tl.where(before, 0.0, b_q * X), FP32_DOT)
-        part += mma_split(tl.where(prev, Et, 0.0), kX - k_before, FP32_DOT)
-        c += tl.where(prev, part * X, 0.0)
+        X = decay(tl.where(before, G_e[None, :] - G, G - G_e[None, :]))
+        k_before = tl.where(before, operand(b_k * X, FP32_DOT), 0.0)
+        q_own = tl.where(own, operand(b_q * X, FP32_DOT), 0.0)
+        k_own = tl.where(own, operand(b_k * X, FP32_DOT), 0.0)
+        y_q = mma(tl.where(own, D, 0.0), k_before, FP32_DOT, tl.float32)
+        y_k = mma(tl.where(own, E, 0.0), k_before, FP32_DOT, tl.float32)
+        z = mma(tl.where(before, Dt, 0.0), q_own, FP32_DOT, tl.float32)
+        z += mma(tl.where(before, Et, 0.0), k_own, FP32_DOT, tl.float32)
+        rq += y_q * X
+        rkc += (y_k + z) * X
+        dG += q_own * y_q + k_own * y_k - k_before * z
     first = (r // BC) * BC
     G_r = cumgate_rows(gc, base, c0 + first, (c0 + first) < T, H, K, BK, i_k)
     rise = tl.where((c0 + r < T)[:, None], G_r - G, 0.0)
@@ -116,13 +137,19 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
         fall, up = decay(-rise), tl.exp(rise.to(tl.float32))
         same = (r[:, None] // BC) == (r[None, :] // BC)
         below, above = same & (r[:, None] > r[None, :]), same & (r[:, None] < r[None, :])
-        k_up = b_k * up
-        rq += fall * mma_split(tl.where(below, D, 0.0), k_up, FP32_DOT)
-        rk += fall * mma_split(tl.where(below, E, 0.0), k_up, FP32_DOT)
-        part = mma_split(tl.where(above, Dt, 0.0), b_q * fall, FP32_DOT)
-        part += mma_split(tl.where(above, Et, 0.0), b_k * fall, FP32_DOT)
-        c += up * part
+        k_up = operand(b_k * up, FP32_DOT)
+        q_fall, k_fall = operand(b_q * fall, FP32_DOT), operand(b_k * fall, FP32_DOT)
+        y_q = mma(tl.where(below, D, 0.0), k_up, FP32_DOT, tl.float32)
+        y_k = mma(tl.where(below, E, 0.0), k_up, FP32_DOT, tl.float32)
+        z = mma(tl.where(above, Dt, 0.0), q_fall, FP32_DOT, tl.float32)
+        z += mma(tl.where(above, Et, 0.0), k_fall, FP32_DOT, tl.float32)
+        rq += fall * y_q
+        rkc += fall * y_k + up * z
+        dG += q_fall * y_q + k_fall * y_k - k_up * z
     else:
+        sq = tl.zeros([BT, BK], dtype=tl.float32)
+        sk = tl.zeros([BT, BK], dtype=tl.float32)
+        sc = tl.zeros([BT, BK], dtype=tl.float32)
         for j in range(BC):
             src = first + j
             m_src = (c0 + src) < T
@@ -134,12 +161,15 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
             below, above = r % BC > j, r % BC < j
             d_q = pair_entries(dAqk, row, c0, r, src, below, T, H, BT)
             d_k = pair_entries(dAkk, row, c0, r, src, below, T, H, BT)
-            rq += d_q[:, None] * k_j * X
-            rk += d_k[:, None] * k_j * X
+            sq += d_q[:, None] * k_j * X
+            sk += d_k[:, None] * k_j * X
             c_q = pair_entries(dAqk, row, c0, src, r, above, T, H, BT)
             c_k = pair_entries(dAkk, row, c0, src, r, above, T, H, BT)
-            c += (c_q[:, None] * q_j + c_k[:, None] * k_j) * X
-    return rq, rk, c
+            sc += (c_q[:, None] * q_j + c_k[:, None] * k_j) * X
+        rq += sq
+        rkc += sk + sc
+        dG += b_q * sq + b_k * (sk - sc)
+    return rq, rkc, dG
 
 
 @triton.jit
@@ -178,15 +208,15 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
             before = tl.where(r[None, :] < I * BC, b_kt * decay(G_e[:, None] - b_Gt), 0.0)
             in_I = ((r // BC) == I)[:, None]
             dec = decay(b_G - G_e[None, :])
-            b_kk += tl.where(in_I, mma_split(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT), 0.0)
-            b_qk += tl.where(in_I, mma_split(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT), 0.0)
+            b_kk += tl.where(in_I, mma(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT, tl.float32), 0.0)
+            b_qk += tl.where(in_I, mma(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT, tl.float32), 0.0)
         G_r = cumgate_rows(gc, base, c0 + first, (c0 + first) < T, H, K, BK, i_k)
         rise = tl.where((t < T)[:, None], G_r - b_G, 0.0)
         if tl.max(tl.max(rise, axis=1), axis=0) <= SPLIT_SPAN:
             fall = decay(-rise)
             up = tl.trans(b_k * tl.exp(rise.to(tl.float32)))
-            b_kk += tl.where(same & (r[:, None] > r[None, :]), mma_split(b_k * fall, up, FP32_DOT), 0.0)
-            b_qk += tl.where(same & (r[:, None] >= r[None, :]), mma_split(b_q * fall, up, FP32_DOT), 0.0)
+            b_kk += tl.where(same & (r[:, None] > r[None, :]), mma(b_k * fall, up, FP32_DOT, tl.float32), 0.0)
+            b_qk += tl.where(same & (r[:, None] >= r[None, :]), mma(b_q * fall, up, FP32_DOT, tl.float32), 0.0)
         else:
             for j in range(BC):
                 src = first + j
@@ -210,15 +240,16 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     c0, base, b_q, b_k, b_G = _chunk_tiles(q, k, gc, i_c, row, i_k, T, H, K, BT, BK)
     r = tl.arange(0, BT)
     b_D = load_rows(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
-    b_E = load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
-    b_Dt = load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
-    b_Et = load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0)
-    rq, rk, c = _pair_grad_sums(b_D, b_E, b_Dt, b_Et, dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row, base, c0, T,
-                                H, K, BT, BC, BK, FP32_DOT, i_k)
     dd = tl.sum(tl.where(r[:, None] == r[None, :], b_D, 0.0), axis=1)[:, None]
+    b_D = operand(b_D, FP32_DOT)
+    b_E = operand(load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
+    b_Dt = operand(load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
+    b_Et = operand(load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
+    rq, rkc, pair_dG = _pair_grad_sums(b_D, b_E, b_Dt, b_Et, dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row, base, c0, T,
+                                H, K, BT, BC, BK, FP32_DOT, i_k)
     b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, i_k) + rq + dd * b_k
-    b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rk + c + dd * b_q
+    b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rkc + dd * b_q
     store_rows(dq, b_dq, base, c0, T, H, K, BT, BK, i_k)
     store_rows(dk, b_dk, base, c0, T, H, K, BT, BK, i_k)
-    b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + b_q * rq + b_k * (rk - c)
+    b_dG = load_rows(dG, base, c0, T, H, K, BT, BK, i_k) + pair_dG
     store_rows(dG, b_dG, base, c0, T, H, K, BT, BK, i_k)
