@@ -75,3 +75,17 @@ def test_kda_pair_gradients_take_both_sides_of_a_pair_from_the_same_rounded_oper
     planted = emulated(*args, "unrounded@fla_kernels.ops.common.chunk_pairs:operand")
     assert planted["golden: dg"][0] == "PASS", planted
     assert planted[sums[0]][0] == "FAIL", planted
+
+def test_delta_rule_fp16_gradient_products_take_computed_gradients_in_two_tf32_parts():
+    """kda, fp16, one token under a strong gate, where dbeta = dU . (v - k exp(G) h) is a small
+    difference of two sums: the backward's products of the computed gradients dh, dU and dw
+    (`_state_product`) take them in two tf32 parts with fp16 inputs. One
+    tf32 rounding of each, as fine as fp16's own, put dbeta at 1.46 times its bound and its sum
+    at 5.5 on an H200 (this case, seed 0), the same rows as here."""
+    args = ("case", "kda", "chunk", "fp16", "1", "1", "2", "8", "8", "strong", "none", "none",
+            "none")
+    rows = emulated(*args)
+    assert rows["golden: dbeta"][0] == "PASS", rows
+    assert rows["aggregate: dbeta (sum over b, t, h)"][0] == "PASS", rows
+    rows = emulated(*args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs")
+    assert rows["aggregate: dbeta (sum over b, t, h)"][0] == "FAIL", rows

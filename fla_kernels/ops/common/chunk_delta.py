@@ -147,6 +147,17 @@ def _diagonal_inverse(scratch, base, c0, T, H: tl.constexpr, BT: tl.constexpr, j
 
 
 @triton.jit
+def _state_product(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """a @ b for b a computed gradient shared by every row of a (dh, dU, dw): with fp16 inputs b
+    in two tf32 parts (`mma_tf32_split_rhs`), since one tf32 rounding of b is as coarse as fp16's
+    own and its error adds up in a row's sums; one tf32 product otherwise."""
+    if OPERAND_DTYPE == tl.float16:
+        return mma_tf32_split_rhs(a, b, FP32_DOT)
+    else:
+        return mma(a, b, FP32_DOT, tl.float32)
+
+
+@triton.jit
 def _ieee(a, b):
     """a @ b in IEEE fp32 (the solve's products)."""
     return mma(a, b, True, tl.float32)
@@ -373,7 +384,7 @@ def _bwd_walk_kernel(q, k, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, sc
         b_wt = load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dU += mma(b_k * eLG, b_dh, FP32_DOT, tl.float32)
+        b_dU += _state_product(b_k * eLG, b_dh, FP32_DOT, OPERAND_DTYPE)
         store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
         b_dh = b_dh * eL + mma(b_qt * (eG_t * scale), b_do, FP32_DOT, tl.float32)
         b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
@@ -493,7 +504,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
         b_dT += mma(b_dU, load_rows_t(v, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT, tl.float32)
-        b_dX = mma(b_Tt, b_dU, FP32_DOT, tl.float32)
+        b_dX = _state_product(b_Tt, b_dU, FP32_DOT, OPERAND_DTYPE)
         store_rows(dv, b_dX * b_beta[:, None], row * V, c0, T, H, V, BT, BV, i_v)
         b_dbeta += tl.sum(b_dX * b_v, axis=1)
     b_dT = b_dT * b_beta[None, :]
@@ -509,7 +520,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         b_dw = load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k)
-        b_dY = mma(b_Tt, b_dw, FP32_DOT, tl.float32)
+        b_dY = _state_product(b_Tt, b_dw, FP32_DOT, OPERAND_DTYPE)
         b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (kG * b_beta[:, None])
         store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
         b_kdY = b_dY * b_k * kG
