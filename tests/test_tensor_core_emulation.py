@@ -45,6 +45,14 @@ def test_state_walks_keep_a_decayed_key_to_tf32():
     assert ours < 4e-4 and planted > 4 * ours, (ours, planted)
 
 
+def built_and_planted(args, planted, passing):
+    """The rows of one `emulated` case as built, every row named in `passing` asserted PASS, and
+    the rows of the same case with the `planted` product."""
+    rows = emulated(*args)
+    assert all(rows[t][0] == "PASS" for t in passing), rows
+    return rows, emulated(*args, planted)
+
+
 def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
     """dw = -dU h^T of the chunked delta rule's backward with fp16 inputs: h as hi + lo tf32
     parts (`mma_tf32_split_rhs`). One tf32 rounding of h, as fine as fp16's own, is shared by
@@ -53,9 +61,8 @@ def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
     args = ("case", "delta_rule", "chunk", "fp16", "2", "65", "2", "60", "60", "strong", "none",
             "none", "none")
     sums = ("aggregate: dbeta (sum over t)", "aggregate: dbeta (sum over b, t, h)")
-    rows = emulated(*args)
-    assert all(rows[t][0] == "PASS" for t in sums + ("golden: dbeta",)), rows
-    planted = emulated(*args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs")
+    rows, planted = built_and_planted(args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs",
+                                      sums + ("golden: dbeta",))
     assert planted["golden: dbeta"][0] == "PASS", planted
     assert planted[sums[0]][0] == "FAIL", planted
     assert planted[sums[0]][1] > 2 * rows[sums[0]][1], (planted[sums[0]], rows[sums[0]])
@@ -70,22 +77,21 @@ def test_kda_pair_gradients_take_both_sides_of_a_pair_from_the_same_rounded_oper
     args = ("case", "kda", "chunk", "fp16", "1", "65", "2", "16", "16", "normal", "none", "none",
             "none")
     sums = ("aggregate: dg (sum over t)", "aggregate: dg (sum over b, t, h)")
-    rows = emulated(*args)
-    assert all(rows[t][0] == "PASS" for t in sums + ("golden: dg",)), rows
-    planted = emulated(*args, "unrounded@fla_kernels.ops.common.chunk_pairs:operand")
+    _, planted = built_and_planted(args, "unrounded@fla_kernels.ops.common.chunk_pairs:operand",
+                                   sums + ("golden: dg",))
     assert planted["golden: dg"][0] == "PASS", planted
     assert planted[sums[0]][0] == "FAIL", planted
+
 
 def test_delta_rule_fp16_gradient_products_take_computed_gradients_in_two_tf32_parts():
     """kda, fp16, one token under a strong gate, where dbeta = dU . (v - k exp(G) h) is a small
     difference of two sums: the backward's products of the computed gradients dh, dU and dw
-    (`_state_product`) take them in two tf32 parts with fp16 inputs. One
-    tf32 rounding of each, as fine as fp16's own, put dbeta at 1.46 times its bound and its sum
-    at 5.5 on an H200 (this case, seed 0), the same rows as here."""
+    (`_state_product`) take them in two tf32 parts with fp16 inputs. One tf32 rounding of each,
+    as fine as fp16's own, put dbeta at 1.46 times its bound and its sum at 5.5 on an H200 (this
+    case, seed 0), the same rows as here."""
     args = ("case", "kda", "chunk", "fp16", "1", "1", "2", "8", "8", "strong", "none", "none",
             "none")
-    rows = emulated(*args)
-    assert rows["golden: dbeta"][0] == "PASS", rows
-    assert rows["aggregate: dbeta (sum over b, t, h)"][0] == "PASS", rows
-    rows = emulated(*args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs")
-    assert rows["aggregate: dbeta (sum over b, t, h)"][0] == "FAIL", rows
+    total = "aggregate: dbeta (sum over b, t, h)"
+    _, planted = built_and_planted(args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs",
+                                   ("golden: dbeta", total))
+    assert planted[total][0] == "FAIL", planted

@@ -208,15 +208,19 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
             before = tl.where(r[None, :] < I * BC, b_kt * decay(G_e[:, None] - b_Gt), 0.0)
             in_I = ((r // BC) == I)[:, None]
             dec = decay(b_G - G_e[None, :])
-            b_kk += tl.where(in_I, mma(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT, tl.float32), 0.0)
-            b_qk += tl.where(in_I, mma(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT, tl.float32), 0.0)
+            b_kk += tl.where(in_I, mma(tl.where(in_I, b_k * dec, 0.0), before, FP32_DOT, tl.float32),
+                             0.0)
+            b_qk += tl.where(in_I, mma(tl.where(in_I, b_q * dec, 0.0), before, FP32_DOT, tl.float32),
+                             0.0)
         G_r = cumgate_rows(gc, base, c0 + first, (c0 + first) < T, H, K, BK, i_k)
         rise = tl.where((t < T)[:, None], G_r - b_G, 0.0)
         if tl.max(tl.max(rise, axis=1), axis=0) <= SPLIT_SPAN:
             fall = decay(-rise)
             up = tl.trans(b_k * tl.exp(rise.to(tl.float32)))
-            b_kk += tl.where(same & (r[:, None] > r[None, :]), mma(b_k * fall, up, FP32_DOT, tl.float32), 0.0)
-            b_qk += tl.where(same & (r[:, None] >= r[None, :]), mma(b_q * fall, up, FP32_DOT, tl.float32), 0.0)
+            b_kk += tl.where(same & (r[:, None] > r[None, :]),
+                             mma(b_k * fall, up, FP32_DOT, tl.float32), 0.0)
+            b_qk += tl.where(same & (r[:, None] >= r[None, :]),
+                             mma(b_q * fall, up, FP32_DOT, tl.float32), 0.0)
         else:
             for j in range(BC):
                 src = first + j
@@ -245,8 +249,8 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     b_E = operand(load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
     b_Dt = operand(load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
     b_Et = operand(load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
-    rq, rkc, pair_dG = _pair_grad_sums(b_D, b_E, b_Dt, b_Et, dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row, base, c0, T,
-                                H, K, BT, BC, BK, FP32_DOT, i_k)
+    rq, rkc, pair_dG = _pair_grad_sums(b_D, b_E, b_Dt, b_Et, dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row,
+                                       base, c0, T, H, K, BT, BC, BK, FP32_DOT, i_k)
     b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, i_k) + rq + dd * b_k
     b_dk = load_rows(dk, base, c0, T, H, K, BT, BK, i_k) + rkc + dd * b_q
     store_rows(dq, b_dq, base, c0, T, H, K, BT, BK, i_k)
