@@ -97,7 +97,7 @@ def operand(x, FP32_DOT: tl.constexpr):
 def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, c0, T, H: tl.constexpr,
                     K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                     FP32_DOT: tl.constexpr, i_k):
-    """(rq, rk, c, dG) [BT, BK] of the chunk at c0 in key columns i_k*BK.., for D and E its
+    """(rq, rk + c, dG) [BT, BK] of the chunk at c0 in key columns i_k*BK.., for D and E its
     [BT, BT] lower pair gradients (Dt, Et their transposes) as product operands (`operand`) and
     G the rows' cumulative gates:
         rq_t = sum_{s<t} D_ts k_s exp(G_t - G_s)      rk_t = sum_{s<t} E_ts k_s exp(G_t - G_s)
