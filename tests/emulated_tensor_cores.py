@@ -47,7 +47,7 @@ def _bf16_for_tf32(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
 
 @triton.jit
 def _unrounded(x, FP32_DOT: tl.constexpr):
-    """A planted `chunk_pairs.operand` that leaves x unrounded: the products still read it as
+    """A planted `tf32_operand` that leaves x unrounded: the products still read it as
     tf32, and the sums formed from x elsewhere no longer see the same number."""
     return x.to(tl.float32)
 

@@ -77,7 +77,7 @@ def test_kda_pair_gradients_take_both_sides_of_a_pair_from_the_same_rounded_oper
     args = ("case", "kda", "chunk", "fp16", "1", "65", "2", "16", "16", "normal", "none", "none",
             "none")
     sums = ("aggregate: dg (sum over t)", "aggregate: dg (sum over b, t, h)")
-    _, planted = built_and_planted(args, "unrounded@fla_kernels.ops.common.chunk_pairs:operand",
+    _, planted = built_and_planted(args, "unrounded@fla_kernels.ops.common.chunk_pairs:tf32_operand",
                                    sums + ("golden: dg",))
     assert planted["golden: dg"][0] == "PASS", planted
     assert planted[sums[0]][0] == "FAIL", planted

@@ -27,15 +27,15 @@ row of dG, so it is left out of dG instead of cancelling to rounding. Products t
 (`mma`). The pairs' part of dG sums to zero over a chunk; formed as a_t * (its row sum) with a_t
 unrounded while the product read a rounded b_s, each pair's two sides differed by the operands'
 10-bit roundings, which do not cancel (fp16: dg summed over t 2 to 6 times its bound, each
-element well inside its own), so dG takes both sides of a pair from the same rounded operands
-(`operand`): a pair's row term and its column term are then the same product of the same three
-numbers, and the sums cancel to float32 rounding. Akk and Aqk have no cancelling partner: one
+element well inside its own), so dG takes both sides of a pair from the same rounded
+operands (`tf32_operand`): a pair's row term and its column term are then the same product of
+the same three numbers, and the sums cancel to float32 rounding. Akk and Aqk have no cancelling partner: one
 tf32 product each.
 """
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.dot import mma, round_tf32
+from fla_kernels.ops.common.dot import mma, tf32_operand
 from fla_kernels.ops.common.tiles import gather_rows, head_program, load_rows, load_rows_t, store_rows
 
 SPLIT_SPAN = tl.constexpr(60.0)   # the largest decay within a block whose exponent is split at its first row
@@ -83,23 +83,12 @@ def pair_entries(A, row, c0, t, cols, m, T, H: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
-def operand(x, FP32_DOT: tl.constexpr):
-    """x as a product's float32 operand: rounded to tf32 (`round_tf32`) for the tensor cores, as
-    they will read it, so that a sum formed elsewhere from the same value sees the same number;
-    unchanged for IEEE products (FP32_DOT)."""
-    if FP32_DOT:
-        return x.to(tl.float32)
-    else:
-        return round_tf32(x)
-
-
-@triton.jit
 def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, c0, T, H: tl.constexpr,
                     K: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                     FP32_DOT: tl.constexpr, i_k):
     """(rq, rk + c, dG) [BT, BK] of the chunk at c0 in key columns i_k*BK.., for D and E its
-    [BT, BT] lower pair gradients (Dt, Et their transposes) as product operands (`operand`) and
-    G the rows' cumulative gates:
+    [BT, BT] lower pair gradients (Dt, Et their transposes) as product operands
+    (`tf32_operand`) and G the rows' cumulative gates:
         rq_t = sum_{s<t} D_ts k_s exp(G_t - G_s)      rk_t = sum_{s<t} E_ts k_s exp(G_t - G_s)
         c_s = sum_{t>s} (D_ts q_t + E_ts k_t) exp(G_t - G_s)
     and dG_t = q_t rq_t + k_t (rk_t - c_t), the pairs' part of the gate gradient, whose sum over
@@ -107,7 +96,7 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
     Step m takes the rows of block m against every row before it, with e the last row before
     block m: the row sums through (a exp(G_t - G_e)) D (b exp(G_e - G_s)), the column sums of
     the same pairs through the transposes and the same operands. dG takes each pair's two sides
-    from the same tf32-rounded operands (`operand`), so they cancel to float32 rounding, not to
+    from the same tf32-rounded operands (`tf32_operand`), so they cancel to float32 rounding, not to
     the operands' (10 bits, which biased dg summed over a chunk 2-6 x its bound at fp16). Pairs
     inside one block split their exponent at the block's first row r where its decay is at most
     SPLIT_SPAN, else are summed a column at a time, every block's j-th at once, in float32."""
@@ -120,9 +109,10 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
         before = (r < m * BC)[:, None]
         own = ((r // BC) == m)[:, None]
         X = decay(tl.where(before, G_e[None, :] - G, G - G_e[None, :]))
-        k_before = tl.where(before, operand(b_k * X, FP32_DOT), 0.0)
-        q_own = tl.where(own, operand(b_q * X, FP32_DOT), 0.0)
-        k_own = tl.where(own, operand(b_k * X, FP32_DOT), 0.0)
+        kX = tf32_operand(b_k * X, FP32_DOT)
+        k_before = tl.where(before, kX, 0.0)
+        q_own = tl.where(own, tf32_operand(b_q * X, FP32_DOT), 0.0)
+        k_own = tl.where(own, kX, 0.0)
         y_q = mma(tl.where(own, D, 0.0), k_before, FP32_DOT, tl.float32)
         y_k = mma(tl.where(own, E, 0.0), k_before, FP32_DOT, tl.float32)
         z = mma(tl.where(before, Dt, 0.0), q_own, FP32_DOT, tl.float32)
@@ -137,8 +127,8 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
         fall, up = decay(-rise), tl.exp(rise.to(tl.float32))
         same = (r[:, None] // BC) == (r[None, :] // BC)
         below, above = same & (r[:, None] > r[None, :]), same & (r[:, None] < r[None, :])
-        k_up = operand(b_k * up, FP32_DOT)
-        q_fall, k_fall = operand(b_q * fall, FP32_DOT), operand(b_k * fall, FP32_DOT)
+        k_up = tf32_operand(b_k * up, FP32_DOT)
+        q_fall, k_fall = tf32_operand(b_q * fall, FP32_DOT), tf32_operand(b_k * fall, FP32_DOT)
         y_q = mma(tl.where(below, D, 0.0), k_up, FP32_DOT, tl.float32)
         y_k = mma(tl.where(below, E, 0.0), k_up, FP32_DOT, tl.float32)
         z = mma(tl.where(above, Dt, 0.0), q_fall, FP32_DOT, tl.float32)
@@ -245,10 +235,10 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     r = tl.arange(0, BT)
     b_D = load_rows(dAqk, row * BT, c0, T, H, BT, BT, BT, 0)
     dd = tl.sum(tl.where(r[:, None] == r[None, :], b_D, 0.0), axis=1)[:, None]
-    b_D = operand(b_D, FP32_DOT)
-    b_E = operand(load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
-    b_Dt = operand(load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
-    b_Et = operand(load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
+    b_D = tf32_operand(b_D, FP32_DOT)
+    b_E = tf32_operand(load_rows(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
+    b_Dt = tf32_operand(load_rows_t(dAqk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
+    b_Et = tf32_operand(load_rows_t(dAkk, row * BT, c0, T, H, BT, BT, BT, 0), FP32_DOT)
     rq, rkc, pair_dG = _pair_grad_sums(b_D, b_E, b_Dt, b_Et, dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row,
                                        base, c0, T, H, K, BT, BC, BK, FP32_DOT, i_k)
     b_dq = load_rows(dq, base, c0, T, H, K, BT, BK, i_k) + rq + dd * b_k

@@ -43,6 +43,17 @@ def round_tf32(x):
 
 
 @triton.jit
+def tf32_operand(x, FP32_DOT: tl.constexpr):
+    """x as a tf32 product will read it (`round_tf32`), for a sum formed elsewhere from the same
+    value that must see the same number (a gate gradient's row and column terms); unchanged
+    float32 for IEEE products (FP32_DOT)."""
+    if FP32_DOT:
+        return x.to(tl.float32)
+    else:
+        return round_tf32(x)
+
+
+@triton.jit
 def _round_mantissa(x, DROP: tl.constexpr):
     """x (fp32) rounded to nearest, ties to even, with the low DROP bits of its mantissa cleared."""
     bits = x.to(tl.float32).to(tl.int32, bitcast=True)
