@@ -58,6 +58,25 @@ def test_first_runs_the_first_config_the_kernels_pruning_leaves_and_times_no_oth
     assert Autotuner.prune_configs.keeps_first
 
 
+def test_first_passes_over_a_config_that_does_not_fit_the_device_as_upstream_autotuning_does(
+        restored, monkeypatch):
+    """Triton times a config that does not fit (out of shared memory, a failed compile-time
+    assertion) as infinitely slow, and full autotuning never picks it; first-config mode takes
+    the next one instead of raising (the last one left is kept untried)."""
+    timed, bench = [], Autotuner._bench
+
+    def device_limited(self, *args, config, **kwargs):
+        timed.append(config.kwargs["WIDTH"])
+        if config.kwargs["WIDTH"] == 4:
+            return [float("inf")] * 3
+        return bench(self, *args, config=config, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "_bench", device_limited)
+    autotune_mode.first_config_only()
+    assert _run_width(8) == 8
+    assert timed[0] == 4
+
+
 def _sweep(tmp_path, *extra):
     out = tmp_path / "out"
     code = main(["sweep", "--op", "gla", "--variant", "chunk", "--preset", "smoke", "--dtype", "fp32",
