@@ -578,8 +578,9 @@ def _settings(K, dtype, channel: bool) -> tuple:
     GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory out of range or
     gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the backward's
     per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there, and at
-    K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), the pair kernels on their 32-column
-    blocks 8 (fewest spills) but 4 on K = 16, and the per-channel walks below K = 64 their old
+    K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), the pair gradients on their 32-column
+    blocks 8 (fewest spills; 4 more than doubled their time) but 4 on K = 16, the forward's pairs
+    4 (1.04 ms against 8's 1.38 at the bench shape, H200), and the per-channel walks below K = 64 their old
     32-wide blocks. Pipelined loads take twice the shared memory, so the walks pipeline only
     16-bit tiles of 64 <= K <= 128 (a per-channel backward walk not even then: out of shared
     memory at K = 128). V-blocks of the per-chunk kernels are 32 wide (see the module's note on
@@ -588,7 +589,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
     bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if BK >= 64 else 4, num_stages=1)
-    pair_blocks = dict(BK=min(BK, 32), num_warps=8 if BK >= 32 else 4)
+    pair_grads = dict(BK=min(BK, 32), num_warps=8 if BK >= 32 else 4)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
@@ -598,7 +599,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
                     fwd_walk=fwd_walk, bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks,
-                    pairs=pair_blocks, pair_grads=pair_blocks)
+                    pairs=dict(BK=min(BK, 32), num_warps=4), pair_grads=pair_grads)
 
 
 @triton.jit(do_not_specialize=["T"])
