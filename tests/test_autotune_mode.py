@@ -77,6 +77,17 @@ def test_first_passes_over_a_config_that_does_not_fit_the_device_as_upstream_aut
     assert timed[0] == 4
 
 
+def test_a_repro_script_runs_under_first_config_mode_with_its_arguments(restored, tmp_path):
+    from benchmarks.first_config_run import main as first_config_run
+    seen = tmp_path / "seen.txt"
+    script = tmp_path / "repro.py"
+    script.write_text("import sys\nfrom triton.runtime.autotuner import Autotuner\n"
+                      f"open({str(seen)!r}, 'w').write(repr((getattr(Autotuner.prune_configs, "
+                      "'keeps_first', False), sys.argv[1:])))\n")
+    first_config_run([str(script), "--x", "1"])
+    assert seen.read_text() == "(True, ['--x', '1'])"
+
+
 def _sweep(tmp_path, *extra):
     out = tmp_path / "out"
     code = main(["sweep", "--op", "gla", "--variant", "chunk", "--preset", "smoke", "--dtype", "fp32",
