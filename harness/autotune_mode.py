@@ -5,7 +5,7 @@ of its list for each new key (head dim, dtype, ...), minutes per kernel on an em
 0.6.0's gsa took 8 minutes a case at K = V = 128 on an H100). Every config a kernel declares must
 compute the same thing, so a correctness sweep may take one: with this mode each autotuner keeps
 the first config left after the kernel's own pruning that fits the device, and compiles and times
-that one alone. A config that does not fit (Triton's timing reports it as infinitely slow: out of
+that one alone (and any before it, to find that they do not fit). A config that does not fit (Triton's timing reports it as infinitely slow: out of
 shared memory or registers, a failed compile-time assertion) is one upstream's own autotuning
 passes over, so this mode passes over it too instead of raising where upstream's users do not
 (fla 0.4.2's chunk_gated_delta_rule backward at fp32 on an H200: its first config needs 271,116
@@ -36,6 +36,9 @@ def first_config_only() -> None:
         args = list(self.nargs.values())   # the call's positional arguments, in order
         for config in configs[:-1]:
             if math.isfinite(self._bench(*args, config=config, **kwargs)[0]):
+                # zero the kernel's reset_to_zero outputs again, as Triton does after its timing:
+                # a Triton that skips timing a lone config would run on top of the timed runs
+                self.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()}, reset_only=True)
                 return [config]
         return configs[-1:]
 

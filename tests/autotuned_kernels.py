@@ -1,4 +1,4 @@
-"""A small autotuned Triton kernel for the tests of how the harness runs upstream's autotuners
+"""Small autotuned Triton kernels for the tests of how the harness runs upstream's autotuners
 (tests/test_interpreted_upstream.py, tests/test_autotune_mode.py)."""
 import triton
 import triton.language as tl
@@ -17,3 +17,12 @@ def doubled_with_width(x, y, width, n, WIDTH: tl.constexpr):
     o = tl.arange(0, WIDTH)
     tl.store(y + o, tl.load(x + o, mask=o < n) * 2, mask=o < n)
     tl.store(width, WIDTH)
+
+
+@triton.autotune(configs=[triton.Config({"WIDTH": w}) for w in (4, 8)], key=["n"], reset_to_zero=["y"])
+@triton.jit
+def summed_with_width(x, y, n, WIDTH: tl.constexpr):
+    """y += x on the first n elements, atomically: y must start at zero, as its autotuner's
+    reset_to_zero leaves it before each timed run and after the timing."""
+    o = tl.arange(0, WIDTH)
+    tl.atomic_add(y + o, tl.load(x + o, mask=o < n), mask=o < n)

@@ -8,7 +8,7 @@ from triton.runtime.autotuner import Autotuner
 
 from harness import autotune_mode, interpreted_upstream
 from harness.cli import main
-from tests.autotuned_kernels import doubled_with_width
+from tests.autotuned_kernels import doubled_with_width, summed_with_width
 from tests.test_upstream import stub_fla  # noqa: F401  (the stand-in fla 0.6.0 fixture)
 
 
@@ -19,6 +19,7 @@ def restored(monkeypatch):
     monkeypatch.setattr(Autotuner, "do_bench", Autotuner.__dict__["do_bench"])
     interpreted_upstream.prepare()
     monkeypatch.setattr(doubled_with_width, "cache", {})
+    monkeypatch.setattr(summed_with_width, "cache", {})
 
 
 @pytest.fixture()
@@ -75,6 +76,21 @@ def test_first_passes_over_a_config_that_does_not_fit_the_device_as_upstream_aut
     autotune_mode.first_config_only()
     assert _run_width(8) == 8
     assert timed[0] == 4
+
+
+def test_first_leaves_an_accumulating_kernels_outputs_as_its_autotuner_would(restored, monkeypatch):
+    """The timing that finds a fitting config runs the kernel; its reset_to_zero outputs are
+    zeroed after it, as Triton's own timing does, so the call's result is one run's."""
+    def run_once(call, quantiles=None):
+        call()
+        return [0.0] * 3
+
+    monkeypatch.setattr(Autotuner, "do_bench", property(lambda self: run_once))
+    autotune_mode.first_config_only()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x, y = torch.arange(4.0, device=device), torch.zeros(4, device=device)
+    summed_with_width[(1,)](x, y, 4)
+    assert torch.equal(y, x)
 
 
 def test_a_repro_script_runs_under_first_config_mode_with_its_arguments(restored, tmp_path):

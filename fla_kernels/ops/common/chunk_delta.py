@@ -579,9 +579,9 @@ def _settings(K, dtype, channel: bool) -> tuple:
     gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the backward's
     per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there, and at
     K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), the pair gradients on their 32-column
-    blocks 8 (fewest spills; 4 more than doubled their time) but 4 on K = 16, the forward's pairs
-    4 (1.04 ms against 8's 1.38 at the bench shape, H200), and the per-channel walks below K = 64 their old
-    32-wide blocks. Pipelined loads take twice the shared memory, so the walks pipeline only
+    blocks 8 (fewest spills; 4 more than doubled their time) but 4 on K = 16, the forward's
+    pairs 4 (1.04 ms against 8's 1.38 at the bench shape on the H200, every result the same bit
+    for bit), and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the shared memory, so the walks pipeline only
     16-bit tiles of 64 <= K <= 128 (a per-channel backward walk not even then: out of shared
     memory at K = 128). V-blocks of the per-chunk kernels are 32 wide (see the module's note on
     Triton 3.6)."""
