@@ -4,15 +4,15 @@ An external implementation autotunes its first calls: each kernel compiles and t
 of its list for each new key (head dim, dtype, ...), minutes per kernel on an empty cache (fla
 0.6.0's gsa took 8 minutes a case at K = V = 128 on an H100). Every config a kernel declares must
 compute the same thing, so a correctness sweep may take one: with this mode each autotuner keeps
-the first config left after the kernel's own pruning that fits the device, and compiles and times
-that one alone (and any before it, to find that they do not fit). A config that does not fit (Triton's timing reports it as infinitely slow: out of
-shared memory or registers, a failed compile-time assertion) is one upstream's own autotuning
-passes over, so this mode passes over it too instead of raising where upstream's users do not
-(fla 0.4.2's chunk_gated_delta_rule backward at fp32 on an H200: its first config needs 271,116
-bytes of shared memory of 232,448). Its rows name the mode beside their release (`NOTE`), and
-upstream's own choice, the config its users run, stays the default. The one-config timing writes
-Triton's autotune cache under a key of its own, so a later full autotune is not handed the first
-config as its winner.
+the first config left after the kernel's own pruning that fits the device, and compiles and
+times that one alone (and any before it, to find that they do not fit). A config that does not
+fit (Triton's timing reports it as infinitely slow: out of shared memory or registers, a failed
+compile-time assertion) is one upstream's own autotuning passes over, so this mode passes over
+it too instead of raising where upstream's users do not (fla 0.4.2's chunk_gated_delta_rule
+backward at fp32 on an H200: its first config needs 271,116 bytes of shared memory of 232,448).
+Its rows name the mode beside their release (`NOTE`), and upstream's own choice, the config its
+users run, stays the default. The one-config timing writes Triton's autotune cache under a key
+of its own, so a later full autotune is not handed the first config as its winner.
 """
 from __future__ import annotations
 

@@ -570,21 +570,21 @@ def _settings(K, dtype, channel: bool) -> tuple:
     benchmarks/tuning.md).
 
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
-    (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and the
-    walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
-    pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the backward's
-    chunk kernel (one kernel then, now `bwd_output` and `bwd_wy`, which keep its settings) and
-    the pair kernels (then on all of K) with 8 from K = 128. Narrower heads keep the settings the
-    GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory out of range or
-    gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the backward's
-    per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there, and at
-    K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), the pair gradients on their 32-column
-    blocks 8 (fewest spills; 4 more than doubled their time) but 4 on K = 16, the forward's
-    pairs 4 (1.04 ms against 8's 1.38 at the bench shape on the H200, every result the same bit
-    for bit), and the per-channel walks below K = 64 their old 32-wide blocks. Pipelined loads take twice the shared memory, so the walks pipeline only
-    16-bit tiles of 64 <= K <= 128 (a per-channel backward walk not even then: out of shared
-    memory at K = 128). V-blocks of the per-chunk kernels are 32 wide (see the module's note on
-    Triton 3.6)."""
+    (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and
+    the walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
+    pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the
+    backward's chunk kernel (one kernel then, now `bwd_output` and `bwd_wy`, which keep its
+    settings) and the pair kernels (then on all of K) with 8 from K = 128. Narrower heads keep
+    the settings the GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory
+    out of range or gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the
+    backward's per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there,
+    and at K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), the pair gradients on their
+    32-column blocks 8 (fewest spills; 4 more than doubled their time) but 4 on K = 16, the
+    forward's pairs 4 (1.04 ms against 8's 1.38 at the bench shape on the H200, every result the
+    same bit for bit), and the per-channel walks below K = 64 their old 32-wide blocks.
+    Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
+    <= K <= 128 (a per-channel backward walk not even then: out of shared memory at K = 128).
+    V-blocks of the per-chunk kernels are 32 wide (see the module's note on Triton 3.6)."""
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)

@@ -29,8 +29,8 @@ unrounded while the product read a rounded b_s, each pair's two sides differed b
 10-bit roundings, which do not cancel (fp16: dg summed over t 2 to 6 times its bound, each
 element well inside its own), so dG takes both sides of a pair from the same rounded
 operands (`tf32_operand`): a pair's row term and its column term are then the same product of
-the same three numbers, and the sums cancel to float32 rounding. Akk and Aqk have no cancelling partner: one
-tf32 product each.
+the same three numbers, and the sums cancel to float32 rounding. Akk and Aqk have no cancelling
+partner: one tf32 product each.
 """
 import triton
 import triton.language as tl
@@ -95,11 +95,10 @@ def _pair_grad_sums(D, E, Dt, Et, dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, 
     the chunk is zero: every pair adds its term to its row and takes it from its column.
     Step m takes the rows of block m against every row before it, with e the last row before
     block m: the row sums through (a exp(G_t - G_e)) D (b exp(G_e - G_s)), the column sums of
-    the same pairs through the transposes and the same operands. dG takes each pair's two sides
-    from the same tf32-rounded operands (`tf32_operand`), so they cancel to float32 rounding, not to
-    the operands' (10 bits, which biased dg summed over a chunk 2-6 x its bound at fp16). Pairs
-    inside one block split their exponent at the block's first row r where its decay is at most
-    SPLIT_SPAN, else are summed a column at a time, every block's j-th at once, in float32."""
+    the same pairs through the transposes and the same operands, so that dG takes each pair's
+    two sides from the same rounded numbers (the module's note). Pairs inside one block split
+    their exponent at the block's first row r where its decay is at most SPLIT_SPAN, else are
+    summed a column at a time, every block's j-th at once, in float32."""
     r = tl.arange(0, BT)
     rq = tl.zeros([BT, BK], dtype=tl.float32)
     rkc = tl.zeros([BT, BK], dtype=tl.float32)
