@@ -19,7 +19,9 @@ from harness.cases import Case
 from harness.declaration import load_function
 from harness.registry import OPS
 from harness.runner import Implementation, run_case
+from fla_kernels.ops.common import chunk_pairs
 from fla_kernels.ops.common.chunk_delta import unit_lower_inverse
+from fla_kernels.ops.common.chunk_pairs import SPLIT_SPAN
 from fla_kernels.ops.common.tiles import load_rows, store_rows
 from references.delta import l2_normalise
 from references.gated_delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
@@ -272,3 +274,39 @@ def test_kda_chunks_pass_where_blocks_decay_steeply_over_several_key_blocks(dtyp
     rows = run_case(spec, case, [impl], torch.device(DEVICE), checks=())
     failed = [(r["check"], r["tensor"], r.get("ratio")) for r in rows if r["verdict"] != "PASS"]
     assert rows and not failed, failed
+
+
+STEEP_BLOCK = slice(16, 32)   # the second 16-row block of the first chunk
+
+
+def _one_steep_block(dtype):
+    """kda inputs (T = 70, K = 64: two of the pair kernels' key blocks) under the normal gate but
+    -8 a step in every channel of rows 16-31: that block decays by 120 (past SPLIT_SPAN), its
+    neighbours by far less."""
+    spec = OPS["kda"]
+    x = make_inputs(spec, 1, 70, 2, 64, 16, dtype, "normal", True, seed=3)
+    g = x.drawn.tensors["g"].clone()
+    g[:, STEEP_BLOCK] = -8.0
+    span = [-g[:, r].double().sum(1).min().item() for r in (slice(1, 16), slice(17, 32), slice(33, 48))]
+    assert span[1] > SPLIT_SPAN.value > max(span[0], span[2]), span
+    return spec, x.replace(g=g)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kda_pair_blocks_each_take_their_own_path(dtype):
+    """kda's pair kernels split a 16-row block's exponent at its first row where the block decays
+    by at most SPLIT_SPAN and sum it a column at a time past that, block by block: one steep
+    block among mild ones mixes both paths in one chunk, and every result matches the float64
+    loop."""
+    spec, x = _one_steep_block(dtype)
+    assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), dtype)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="patches a constant the interpreter reads at each call")
+def test_a_steep_block_split_at_its_first_row_fails(monkeypatch):
+    """The same inputs with every block's exponent split at its first row, however steep
+    (SPLIT_SPAN lifted): exp(120) overflows float32 and the results are not finite."""
+    monkeypatch.setattr(chunk_pairs, "SPLIT_SPAN", tl.constexpr(1e9))
+    spec, x = _one_steep_block(torch.float32)
+    with pytest.raises(AssertionError, match="NaN/Inf"):
+        assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.float32)

@@ -578,10 +578,13 @@ def _settings(K, dtype, channel: bool) -> tuple:
     the settings the GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory
     out of range or gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the
     backward's per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there,
-    and at K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), the pair gradients on their
-    32-column blocks 8 (fewest spills; 4 more than doubled their time) but 4 on K = 16, the
-    forward's pairs 4 (1.04 ms against 8's 1.38 at the bench shape on the H200, every result the
-    same bit for bit), and the per-channel walks below K = 64 their old 32-wide blocks.
+    and at K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), and the per-channel walks below
+    K = 64 their old 32-wide blocks. The pair kernels (programs of 16 rows) take one warp over
+    32-column key blocks, pipelined (3 stages): fastest of BK 16/32/64/128, 1/2/4/8 warps and 1
+    or 3 stages at the bench shape on the H200, every gradient the same bit for bit
+    (benchmarks/tuning.md). Their loops read loaded gates inside a data-dependent branch, the
+    pattern Triton's pipeliner once raced on (triton-lang/triton#8139): the sm_90 compile test's
+    scan (tests/pipeline_races.py) finds no such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
     <= K <= 128 (a per-channel backward walk not even then: out of shared memory at K = 128).
     V-blocks of the per-chunk kernels are 32 wide (see the module's note on Triton 3.6)."""
@@ -589,7 +592,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
     bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if BK >= 64 else 4, num_stages=1)
-    pair_grads = dict(BK=min(BK, 32), num_warps=8 if BK >= 32 else 4)
+    pairs = dict(BK=min(BK, 32), num_warps=1, num_stages=3)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
@@ -599,7 +602,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
                     fwd_walk=fwd_walk, bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks,
-                    pairs=dict(BK=min(BK, 32), num_warps=4), pair_grads=pair_grads)
+                    pairs=pairs, pair_grads=pairs)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -666,8 +669,8 @@ class ChunkDeltaFunction(torch.autograd.Function):
         if channel:
             gc = chunk_cumgate_channels(g, CHUNK, q.dtype)
             Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
-            launch(pairs_kernel, flat_grid(NT, B * H), q, k, gc, Akk, Aqk, T, H=H, K=K, BT=CHUNK,
-                   BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
+            launch(pairs_kernel, flat_grid(CHUNK // PAIR_BLOCK, NT, B * H), q, k, gc, Akk, Aqk, T, H=H,
+                   K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
         Ai = torch.empty(B, T, H, CHUNK, **f32)
         w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
         launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T,
@@ -730,9 +733,9 @@ class ChunkDeltaFunction(torch.autograd.Function):
                dk, dv, dbeta, dg, dgk, T, **{**modes, **settings["bwd_wy"]})
         if channel:
             grads = settings["pair_grads"]
-            launch(pair_grads_kernel, flat_grid(triton.cdiv(K, grads["BK"]), NT, B * H), q, k, gc, dAqk,
-                   dAkk, dq, dk, dg, T, H=H, K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"],
-                   **grads)
+            blocks = triton.cdiv(K, grads["BK"]) * (CHUNK // PAIR_BLOCK)
+            launch(pair_grads_kernel, flat_grid(blocks, NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
+                   K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **grads)
             dg = chunk_reverse_cumsum(dg, CHUNK)
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
