@@ -602,7 +602,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
                     fwd_walk=fwd_walk, bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks,
-                    pairs=pairs, pair_grads=pairs)
+                    pairs=pairs)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -732,7 +732,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk,
                dk, dv, dbeta, dg, dgk, T, **{**modes, **settings["bwd_wy"]})
         if channel:
-            grads = settings["pair_grads"]
+            grads = settings["pairs"]
             blocks = triton.cdiv(K, grads["BK"]) * (CHUNK // PAIR_BLOCK)
             launch(pair_grads_kernel, flat_grid(blocks, NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
                    K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **grads)

@@ -87,13 +87,6 @@ def pair_entries(A, row, c0, t, cols, m, T, H: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
-def _block_rows(x, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
-                i_k):
-    """[BC, BK] rows t0.. of x [B, T, H, K] in key columns i_k*BK.., float32 (zero past T)."""
-    return load_rows(x, base, t0, T, H, K, BC, BK, i_k)
-
-
-@triton.jit
 def _block_gates(gc, base, t0, T, H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr,
                  i_k):
     """[BC, BK] cumulative gates of rows t0.. (zero past T), in gc's dtype."""
@@ -149,15 +142,15 @@ def pairs_kernel(q, k, gc, Akk, Aqk, T, H: tl.constexpr, K: tl.constexpr, BT: tl
             s = s0 + r
             before = load_rows_t(k, base, s0, T, H, K, BC, BK, i_k) * decay(
                 G_e[:, None] - cumgate_cols(gc, base, s, s < T, H, K, BK, i_k))
-            b_kk += mma(_block_rows(k, base, t0, T, H, K, BC, BK, i_k) * dec, before, FP32_DOT, tl.float32)
-            b_qk += mma(_block_rows(q, base, t0, T, H, K, BC, BK, i_k) * dec, before, FP32_DOT, tl.float32)
+            b_kk += mma(load_rows(k, base, t0, T, H, K, BC, BK, i_k) * dec, before, FP32_DOT, tl.float32)
+            b_qk += mma(load_rows(q, base, t0, T, H, K, BC, BK, i_k) * dec, before, FP32_DOT, tl.float32)
         store_rows(Akk, b_kk, row * BT, t0, T, H, BT, BC, BC, J)
         store_rows(Aqk, b_qk, row * BT, t0, T, H, BT, BC, BC, J)
     b_kk = tl.zeros([BC, BC], dtype=tl.float32)
     b_qk = tl.zeros([BC, BC], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
-        b_q = _block_rows(q, base, t0, T, H, K, BC, BK, i_k)
-        b_k = _block_rows(k, base, t0, T, H, K, BC, BK, i_k)
+        b_q = load_rows(q, base, t0, T, H, K, BC, BK, i_k)
+        b_k = load_rows(k, base, t0, T, H, K, BC, BK, i_k)
         b_G = _block_gates(gc, base, t0, T, H, K, BC, BK, i_k)
         rise, fits = _block_span(gc, base, b_G, t0, T, H, K, BC, BK, i_k)
         if fits:
@@ -192,7 +185,7 @@ def _earlier_pairs(dAqk, dAkk, k, b_q, b_k, G, gc, row, base, c0, t0, I, T, H: t
     y_k = tl.zeros([BC, BK], dtype=tl.float32)
     for J in range(0, I):
         s0 = c0 + J * BC
-        kY = tf32_operand(_block_rows(k, base, s0, T, H, K, BC, BK, i_k) * decay(
+        kY = tf32_operand(load_rows(k, base, s0, T, H, K, BC, BK, i_k) * decay(
             G_e[None, :] - _block_gates(gc, base, s0, T, H, K, BC, BK, i_k)), FP32_DOT)
         D = tf32_operand(_pair_block(dAqk, row, t0, T, H, BT, BC, J, False), FP32_DOT)
         E = tf32_operand(_pair_block(dAkk, row, t0, T, H, BT, BC, J, False), FP32_DOT)
@@ -217,8 +210,8 @@ def _later_pairs(dAqk, dAkk, q, k, b_k, G, gc, row, base, c0, t0, I, T, H: tl.co
         u0 = c0 + L * BC
         G_e = cumgate_row(gc, base, u0 - 1, T, H, K, BK, i_k)
         X = decay(_block_gates(gc, base, u0, T, H, K, BC, BK, i_k) - G_e[None, :])
-        qX = tf32_operand(_block_rows(q, base, u0, T, H, K, BC, BK, i_k) * X, FP32_DOT)
-        kX = tf32_operand(_block_rows(k, base, u0, T, H, K, BC, BK, i_k) * X, FP32_DOT)
+        qX = tf32_operand(load_rows(q, base, u0, T, H, K, BC, BK, i_k) * X, FP32_DOT)
+        kX = tf32_operand(load_rows(k, base, u0, T, H, K, BC, BK, i_k) * X, FP32_DOT)
         Dt = tf32_operand(_pair_block(dAqk, row, u0, T, H, BT, BC, I, True), FP32_DOT)
         Et = tf32_operand(_pair_block(dAkk, row, u0, T, H, BT, BC, I, True), FP32_DOT)
         z = mma(Dt, qX, FP32_DOT, tl.float32) + mma(Et, kX, FP32_DOT, tl.float32)
@@ -285,8 +278,8 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     base = row * K
     c0 = i_c * BT
     t0 = c0 + I * BC
-    b_q = _block_rows(q, base, t0, T, H, K, BC, BK, i_k)
-    b_k = _block_rows(k, base, t0, T, H, K, BC, BK, i_k)
+    b_q = load_rows(q, base, t0, T, H, K, BC, BK, i_k)
+    b_k = load_rows(k, base, t0, T, H, K, BC, BK, i_k)
     b_G = _block_gates(gc, base, t0, T, H, K, BC, BK, i_k)
     rq, rkc, pair_dG = _own_pairs(dAqk, dAkk, q, k, b_q, b_k, b_G, gc, row, base, c0, t0, I, T, H, K,
                                   BT, BC, BK, FP32_DOT, i_k)
@@ -302,9 +295,9 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
         rkc += l_c
         pair_dG += l_dG
     dd = diagonal(_pair_block(dAqk, row, t0, T, H, BT, BC, I, False), BC)[:, None]
-    b_dq = _block_rows(dq, base, t0, T, H, K, BC, BK, i_k) + rq + dd * b_k
-    b_dk = _block_rows(dk, base, t0, T, H, K, BC, BK, i_k) + rkc + dd * b_q
+    b_dq = load_rows(dq, base, t0, T, H, K, BC, BK, i_k) + rq + dd * b_k
+    b_dk = load_rows(dk, base, t0, T, H, K, BC, BK, i_k) + rkc + dd * b_q
     store_rows(dq, b_dq, base, t0, T, H, K, BC, BK, i_k)
     store_rows(dk, b_dk, base, t0, T, H, K, BC, BK, i_k)
-    b_dG = _block_rows(dG, base, t0, T, H, K, BC, BK, i_k) + pair_dG
+    b_dG = load_rows(dG, base, t0, T, H, K, BC, BK, i_k) + pair_dG
     store_rows(dG, b_dG, base, t0, T, H, K, BC, BK, i_k)
