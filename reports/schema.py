@@ -35,10 +35,11 @@ CHANCE_SIGMAS = 4.0
 # "determinism" when a second identical run differs bitwise (tensor names the first that did);
 # "segments" compares each tensor of a run split into segments along T, chaining the final
 # states, with the golden; "packing" a packed case's run with its sequences run one by one;
+# "inference" the forward run under torch.no_grad (o and final states) with the golden;
 # "options" and "layer": README. `varlen` and `option` say how the case calls the op (packed
 # sequences, an option of the op); "none" for its core call on a plain batch.
 CHECKS = ("golden", "aggregate", "agreement", "run", "inputs", "determinism", "segments", "packing",
-          "options", "layer")
+          "inference", "options", "layer")
 VERDICTS = ("PASS", "FAIL", "ERROR", "SKIP")
 # The "options" rows name their tensor "<tensor> (<option>)"; this option runs the case with its
 # final state returned but left out of the loss (reports/patterns.py reads it back).

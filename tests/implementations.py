@@ -150,6 +150,14 @@ def ignores_initial_state(r, k, v, w, u, initial_state=None, **kw):
     return baseline_like(r, k, v, w, u, **kw)
 
 
+def inference_ignores_initial_state(r, k, v, w, u, initial_state=None, **kw):
+    """Right wherever autograd records it; its inference path (grad mode off, as a model's
+    generation runs it) starts from zero whatever initial state it is given."""
+    if not torch.is_grad_enabled():
+        initial_state = None
+    return baseline_like(r, k, v, w, u, initial_state=initial_state, **kw)
+
+
 def decay_off_by_one_at_chunk_starts(r, k, v, w, u, **kw):
     """The first token of every 32-token chunk decays with the previous token's w."""
     shifted = w.clone()

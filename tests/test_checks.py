@@ -55,8 +55,9 @@ def test_allocations_inside_the_package_are_poisoned_and_restored_after():
 def test_correct_implementation_passes_every_check():
     rows = run_case(SPEC, case(), [impl("baseline_like")], CPU)
     assert {r["check"] for r in rows} == {"golden", "aggregate", "inputs", "determinism", "segments",
-                                          "options", "layer"}
+                                          "inference", "options", "layer"}
     assert len(rows_of(rows, "segments")) == len(rows_of(rows, "golden")) == 8
+    assert {r["tensor"] for r in rows_of(rows, "inference")} == {"o", "ht"}
     options = {r["tensor"] for r in rows_of(rows, "options")}
     assert "dk (no final state)" in options and "ht (no final state)" not in options
     assert "ht (final state not in the loss)" in options and "dh0 (initial state without gradient)" \
@@ -98,6 +99,20 @@ def test_segments_catch_a_dropped_initial_state_gradient_through_the_chain():
     assert failed == {"dk", "dv", "dw"}  # the inputs that build the carried state
 
 
+def test_inference_catches_a_kernel_whose_no_grad_path_drops_the_initial_state():
+    """Every row of the run under autograd passes; the forward under no_grad fails on o (ht has
+    forgotten its initial state after 40 steps of this decay and passes)."""
+    rows = run_case(SPEC, case(), [impl("inference_ignores_initial_state")], CPU)
+    others = [r for r in rows if r["check"] != "inference"]
+    assert all(r["verdict"] == "PASS" for r in others), [(r["check"], r["tensor"]) for r in others
+                                                         if r["verdict"] != "PASS"]
+    inference = {r["tensor"]: r for r in rows_of(rows, "inference")}
+    assert set(inference) == {"o", "ht"}
+    assert inference["o"]["verdict"] == "FAIL", inference["o"]
+    assert inference["o"]["message"].startswith("under no_grad: err ")
+    assert inference["o"]["first_bad"].startswith("(b=0, t=0,")
+
+
 def test_unwritten_output_reads_as_nan():
     """A kernel in the package that leaves the last step of o unwritten fails with that step."""
     planted = {"__name__": "fla_kernels.planted", "torch": torch,
@@ -133,8 +148,8 @@ def test_our_kernels_pass_every_check(op):
              **{s: 16 for s in spec.symbols})
     impls = [Implementation(v, "ours", spec.variant_fn(v)) for v in spec.variants]
     rows = run_case(spec, c, impls, torch.device(DEVICE))
-    expected = {"golden", "aggregate", "agreement", "inputs", "determinism", "segments", "options",
-                "layer"}
+    expected = {"golden", "aggregate", "agreement", "inputs", "determinism", "segments", "inference",
+                "options", "layer"}
     expected -= {"determinism"} if interpreting() else set()   # the interpreter runs serially
     expected -= {"agreement"} if len(impls) == 1 else set()
     expected -= set() if spec.layer is not None else {"layer"}

@@ -310,3 +310,39 @@ def test_a_steep_block_split_at_its_first_row_fails(monkeypatch):
     spec, x = _one_steep_block(torch.float32)
     with pytest.raises(AssertionError, match="NaN/Inf"):
         assert_matches_reference(spec, run(spec.variant_fn("chunk"), x), reference(spec, x), torch.float32)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_kda_forward_without_autograd_writes_o_from_the_walk(monkeypatch, packed):
+    """Under no_grad kda's chunk forward takes another path, the state walk writing o itself and
+    no states stored (`_fwd_walk_kernel`'s OUTPUT); on the GPU too it gives the same o and final
+    state as the forward autograd records, here bit for bit (two V-blocks, several chunks, an
+    initial state; plain and packed)."""
+    from fla_kernels.ops.common import chunk_delta
+    from fla_kernels.ops.kda import chunk_kda
+    launched = []
+    launch = chunk_delta.launch
+
+    def recording(kernel, grid, *args, **kwargs):
+        launched.append((kernel.fn.__name__, kwargs.get("OUTPUT")))
+        return launch(kernel, grid, *args, **kwargs)
+
+    monkeypatch.setattr(chunk_delta, "launch", recording)
+    torch.manual_seed(0)
+    B, T, H, K, V = (1, 200, 2, 64, 96) if packed else (2, 130, 2, 64, 96)
+    N = 3 if packed else B
+    q = torch.randn(B, T, H, K, device=DEVICE, dtype=torch.bfloat16)
+    k = F.normalize(torch.randn(B, T, H, K, device=DEVICE), dim=-1).to(torch.bfloat16)
+    v = torch.randn(B, T, H, V, device=DEVICE, dtype=torch.bfloat16)
+    g = (F.logsigmoid(torch.randn(B, T, H, K, device=DEVICE)) / 4).to(torch.bfloat16)
+    beta = torch.rand(B, T, H, device=DEVICE).sigmoid().to(torch.bfloat16)
+    h0 = torch.randn(N, H, K, V, device=DEVICE, requires_grad=True)
+    extra = dict(cu_seqlens=torch.tensor([0, 20, 150, 200], device=DEVICE)) if packed else {}
+    o, ht = chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True, **extra)
+    assert ("_fwd_walk_kernel", False) in launched and ("_fwd_output_kernel", None) in launched
+    launched.clear()
+    with torch.no_grad():
+        o_inference, ht_inference = chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                              **extra)
+    assert ("_fwd_walk_kernel", True) in launched and "_fwd_output_kernel" not in dict(launched)
+    assert torch.equal(o_inference, o.detach()) and torch.equal(ht_inference, ht.detach())

@@ -11,6 +11,7 @@ import torch
 from harness.cases import Case
 from harness.inputs import make_inputs
 from harness.registry import OPS
+from harness.checks.inference import without_grad
 from harness.execution import execute
 from tests.gpu_compile import compile_records, distinct, recording_launches
 
@@ -44,7 +45,11 @@ def test_every_launched_kernel_compiles_for_sm90(op, variant):
         for dtype, K, V, h0 in COMPILED:
             case = Case(op=op, dtype=dtype, B=1, T=70, H=2, K=K, V=V, h0=h0, gate="normal",
                         seed=0, **{s: 32 for s in spec.symbols})
-            execute(fn, spec, case, make_inputs(spec, case, torch.device("cpu")))
+            inputs = make_inputs(spec, case, torch.device("cpu"))
+            execute(fn, spec, case, inputs)
+            # and as the inference check runs it: a forward may launch other kernels without autograd
+            execute(without_grad(fn), spec, case, inputs, requires_grad=(), h0_grad=False, o_in_loss=False,
+                    final_state="unused")
     records = distinct(records)
     assert len({r["name"] for r in records}) >= 3, "fewer than 3 kernels' launches were recorded (forward, backward)"
     failures = [r for r in compile_records(records) if not r["ok"]]

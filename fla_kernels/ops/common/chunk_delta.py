@@ -19,8 +19,11 @@ below them by block substitution, all in 16 x 16 products. Only the state walks 
 chunks, and they carry the state alone (two products per chunk and V-block); everything else is
 one program per chunk.
 
-Forward:  `_prepare_kernel` (Ti, w, u per chunk) -> `_fwd_walk_kernel` (per V-block: U, the
-          states entering each chunk, the final state) -> `_fwd_output_kernel` (o per chunk).
+Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also the gated q and
+          k the walks read, so that they form no exponential of a tile) -> `_fwd_walk_kernel`
+          (per V-block: U, the states entering each chunk, the final state) ->
+          `_fwd_output_kernel` (o per chunk). Where no backward follows (no autograd), kda's walk
+          writes o itself instead, and neither U nor the states are stored.
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -199,7 +202,7 @@ def _gates(g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl
         t = c0 + o
         b_G = cumgate_rows(gc, row * K, t, t < T, H, K, BK, i_k)
         b_Gt = cumgate_cols(gc, row * K, t, t < T, H, K, BK, i_k)
-        b_GL = cumgate_row(gc, row * K, tl.minimum(c0 + BT, T) - 1, T, H, K, BK, i_k)
+        b_GL = _last_cumgate(gc, row, c0, T, H, K, BT, BK, i_k)
         eG = tl.exp(b_G.to(tl.float32))
         eLG = decay(b_GL[None, :] - b_G)
         eG_t = tl.exp(b_Gt.to(tl.float32))
@@ -229,17 +232,65 @@ def _gates(g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl
 
 
 @triton.jit
-def _key_block_decay(eG, eG_t, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
+def _last_cumgate(gc, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                  BK: tl.constexpr, i_k=0):
+    """[BK] G_L, the cumulative gate per key channel (columns i_k*BK..) at the last row of the
+    chunk at c0, in gc's dtype."""
+    return cumgate_row(gc, row * K, tl.minimum(c0 + BT, T) - 1, T, H, K, BK, i_k)
+
+
+@triton.jit
+def _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
+               BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+               TRANSPOSED: tl.constexpr):
+    """(the keys of the chunk at c0 as written into the state leaving it, diag(exp(G_L - G)) K
+    [BT, BK] or with TRANSPOSED [BK, BT], and exp(G_L)) for the walks. With a gate per channel
+    from kg, which `_prepare_kernel` stored, and eL [BK, 1] from G_L alone, so that a walk
+    forms no exponential of a tile; else from k and `_gates`."""
+    if CHANNEL:
+        if TRANSPOSED:
+            b_kg = load_rows_t(kg, row * K, c0, T, H, K, BT, BK, 0)
+        else:
+            b_kg = load_rows(kg, row * K, c0, T, H, K, BT, BK, 0)
+        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
+    else:
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
+        if TRANSPOSED:
+            b_kg = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0) * eLG_t
+        else:
+            b_kg = load_rows(k, row * K, c0, T, H, K, BT, BK, 0) * eLG
+    return b_kg, eL
+
+
+@triton.jit
+def _walk_queries_t(q, qg, g, gc, scale, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
+                    BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr):
+    """scale (diag(exp(G)) Q)^T [BK, BT], the queries of the chunk at c0 as they read the state
+    entering it, for the backward walk: from qg with a gate per channel (as `_walk_keys`), else
+    from q."""
+    if CHANNEL:
+        b_qgt = load_rows_t(qg, row * K, c0, T, H, K, BT, BK, 0) * scale
+    else:
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
+        b_qgt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0) * (eG_t * scale)
+    return b_qgt
+
+
+@triton.jit
+def _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
                      BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      i_k):
-    """(exp(G), its transpose) for key block i_k: `_gates`' eG, eG_t as given without a gate per
-    channel (the same at every block, so formed once), else formed for the block's columns."""
+    """(exp(G), its transpose, exp(G_L - G)) for key block i_k: `_gates`' eG, eG_t, eLG as
+    given without a gate per channel (the same at every block, so formed once), else formed for
+    the block's columns."""
     if CHANNEL:
         kG, kLG, kG_t, kLG_t, kL, kgam, kgam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                                         GATED, CHANNEL, i_k)
     else:
-        kG, kG_t = eG, eG_t
-    return kG, kG_t
+        kG, kG_t, kLG = eG, eG_t, eLG
+    return kG, kG_t, kLG
 
 
 @triton.jit
@@ -261,12 +312,14 @@ def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, V: tl.constexpr, BV: tl
 
 
 @triton.jit(do_not_specialize=["T"])
-def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.constexpr,
+def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, T, H: tl.constexpr, K: tl.constexpr,
                     V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                     GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
                     OPERAND_DTYPE: tl.constexpr):
     """Per chunk: Ti [B, T, H, BT] (in Ai, the solve's scratch), w [B, T, H, K] and
-    u [B, T, H, V], float32; K is taken BK columns at a time."""
+    u [B, T, H, V], float32, and with CHANNEL the gated queries and keys the walks and the
+    output read, qg = diag(exp(G)) Q and kg = diag(exp(G_L - G)) K [B, T, H, K] float32; K is
+    taken BK columns at a time."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
@@ -285,11 +338,15 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
     b_T = unit_lower_inverse(tl.where(o[:, None] > o[None, :], b_kk * b_beta[:, None], 0.0), Ai,
                              row * BT, c0, T, H, BT)
     for i_k in range(NK):
-        kG, kG_t = _key_block_decay(eG, eG_t, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL,
-                                    i_k)
+        kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                         GATED, CHANNEL, i_k)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
         store_rows(w, mma(b_T, b_k * (kG * b_beta[:, None]), FP32_DOT, tl.float32), row * K, c0, T, H,
                    K, BT, BK, i_k)
+        if CHANNEL:
+            store_rows(kg, b_k * kLG, row * K, c0, T, H, K, BT, BK, i_k)
+            store_rows(qg, load_rows(q, row * K, c0, T, H, K, BT, BK, i_k) * kG, row * K, c0, T, H, K,
+                       BT, BK, i_k)
     for i_v in range(tl.cdiv(V, BV)):
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
         store_rows(u, mma(b_T, b_v * b_beta[:, None], FP32_DOT, tl.float32), row * V, c0, T, H, V,
@@ -297,32 +354,64 @@ def _prepare_kernel(k, v, beta, g, gc, Akk, Ai, w, u, T, H: tl.constexpr, K: tl.
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_walk_kernel(k, g, gc, w, u, h0, ht, states, vnew, chunk_offsets, T, NT, H: tl.constexpr,
-                     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                     BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, h0, ht, states, vnew, o, chunk_offsets, scale, T,
+                     NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr,
-                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """Per V-block, chunk after chunk, the state alone: the states entering each chunk
-    [B, H, NT, K, V] and U [B, T, H, V], float32; ht [N, H, K, V] float32 when STORE_HT."""
+                     OUTPUT: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """Per V-block, chunk after chunk: the states entering each chunk [B, H, NT, K, V] and U
+    [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; or with OUTPUT (a forward
+    no backward will follow) o [B, T, H, V] at once from the state in hand, neither stored.
+    ht [N, H, K, V] float32 when STORE_HT."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         c0 = i_c * BT
-        store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
-        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                                      GATED, CHANNEL)
-        b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0)
+        if not OUTPUT:
+            store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
+        b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
         b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
         b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
-        store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
-        b_h = add_rounded(b_h * eL, mma(b_kt * eLG_t, b_U, FP32_DOT, tl.float32))
+        if OUTPUT:
+            b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                         CHANNEL, FP32_DOT, OPERAND_DTYPE)
+            store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
+                       BV, i_v)
+        else:
+            store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
+        b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
 
 
+@triton.jit
+def _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
+                     BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """(diag(exp(G)) Q [BT, BK], the pairs Gamma * Q K^T [BT, BT]) of the chunk at c0, what its
+    outputs take besides the state entering it and U: read from qg and Aqk with a gate per
+    channel, else formed from q and k."""
+    if CHANNEL:
+        b_qg = load_rows(qg, row * K, c0, T, H, K, BT, BK, 0)
+        b_s = load_rows(Aqk, row * BT, c0, T, H, BT, BT, BT, 0)
+    else:
+        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                                      GATED, CHANNEL)
+        b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
+        b_s = mma(b_q, load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0), FP32_DOT, OPERAND_DTYPE) * gam
+        b_qg = b_q * eG
+    return b_qg, b_s
+
+
+@triton.jit
+def _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT: tl.constexpr):
+    """o = scale (diag(exp(G)) Q h + (Gamma * Q K^T) U) of one V-block of a chunk."""
+    return (mma(b_qg, b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)) * scale
+
+
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_output_kernel(q, k, g, gc, Aqk, states, vnew, o, scale, T, NT, H: tl.constexpr,
+def _fwd_output_kernel(q, k, qg, g, gc, Aqk, states, vnew, o, scale, T, NT, H: tl.constexpr,
                        K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                        FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
@@ -330,19 +419,13 @@ def _fwd_output_kernel(q, k, g, gc, Aqk, states, vnew, o, scale, T, NT, H: tl.co
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
-    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
-                                                  CHANNEL)
-    b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, 0)
-    if CHANNEL:
-        b_s = load_rows(Aqk, row * BT, c0, T, H, BT, BT, BT, 0)
-    else:
-        b_s = mma(b_q, load_rows_t(k, row * K, c0, T, H, K, BT, BK, 0), FP32_DOT, OPERAND_DTYPE) * gam
-    b_qg = b_q * eG
+    b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL,
+                                 FP32_DOT, OPERAND_DTYPE)
     for i_v in range(tl.cdiv(V, BV)):
         b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_o = mma(b_qg, b_h, FP32_DOT, tl.float32) + mma(b_s, b_U, FP32_DOT, tl.float32)
-        store_rows(o, b_o * scale, row * V, c0, T, H, V, BT, BV, i_v)
+        store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT, BV,
+                   i_v)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -368,7 +451,7 @@ def _bwd_local_kernel(q, k, g, gc, Aqk, do, dvnew, scale, T, H: tl.constexpr, K:
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_walk_kernel(q, k, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
+def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
                      H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, VARLEN: tl.constexpr,
@@ -382,16 +465,14 @@ def _bwd_walk_kernel(q, k, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, sc
         i_c = c_hi - 1 - i_r
         c0 = i_c * BT
         store_state(dhs, i_row * NT + i_c, b_dh, K, V, BK, BV, 0, i_v, False)
-        eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                                      GATED, CHANNEL)
-        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, 0)
-        b_qt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0)
+        b_kg, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, False)
+        b_qgt = _walk_queries_t(q, qg, g, gc, scale, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)
         b_wt = load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dU += _state_product(b_k * eLG, b_dh, FP32_DOT, OPERAND_DTYPE)
+        b_dU += _state_product(b_kg, b_dh, FP32_DOT, OPERAND_DTYPE)
         store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dh = b_dh * eL + mma(b_qt * (eG_t * scale), b_do, FP32_DOT, tl.float32)
+        b_dh = b_dh * eL + mma(b_qgt, b_do, FP32_DOT, tl.float32)
         b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
     if STORE_DH0:
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
@@ -515,8 +596,8 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         b_dG += tl.sum(load_rows(dgk, row * NK, c0, T, H, NK, BT, NK, 0), axis=1)
     b_kk = tl.zeros([BT, BT], dtype=tl.float32)     # K K^T without a gate per channel
     for i_k in range(NK):
-        kG, kG_t = _key_block_decay(eG, eG_t, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL,
-                                    i_k)
+        kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                         GATED, CHANNEL, i_k)
         b_dw = load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k)
@@ -587,6 +668,10 @@ def _settings(K, dtype, channel: bool) -> tuple:
     scan (tests/pipeline_races.py) finds no such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
     <= K <= 128 (a per-channel backward walk not even then: out of shared memory at K = 128).
+    kda's forward without autograd (`walk_output`: the walk writing o) reads q's and the pairs'
+    tiles too: at K = 128, bf16 on the H200, 4 warps unpipelined took 2.69 ms for the whole
+    forward, 8 warps pipelined 2.73, unpipelined 2.96, 32-wide V-blocks 2.94-3.49; the forward
+    with the output kernel 2.98 (benchmarks/tuning.md). Other ops keep the output kernel there.
     V-blocks of the per-chunk kernels are 32 wide (see the module's note on Triton 3.6)."""
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
@@ -600,22 +685,37 @@ def _settings(K, dtype, channel: bool) -> tuple:
         bwd_walk = dict(BV=64, num_warps=8, num_stages=1)
     else:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
+    walk_output = None
+    if channel:
+        walk_output = dict(fwd_walk, num_warps=4 if BK <= 128 else 8, num_stages=1) if BK >= 64 else fwd_walk
     return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
-                    fwd_walk=fwd_walk, bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks,
-                    pairs=pairs)
+                    fwd_walk=fwd_walk, walk_output=walk_output, bwd_walk=bwd_walk,
+                    bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs)
 
 
 @triton.jit(do_not_specialize=["T"])
-def _cumgate_kernel(g, gc, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr):
-    """gc [B, T, H, K]: the inclusive cumsum of g inside each chunk of BT rows, summed in float64
-    and stored in gc's dtype; a program per chunk, (batch, head) and block of BK key columns."""
+def _chunk_cumsum_kernel(x, y, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                         REVERSE: tl.constexpr):
+    """y [B, T, H, K]: the inclusive cumsum of x inside each chunk of BT rows (with REVERSE the
+    suffix sums), summed in float64 and stored in y's dtype; a program per chunk, (batch, head)
+    and block of BK key columns."""
     i_k, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     t = i_c * BT + tl.arange(0, BT)
     d = i_k * BK + tl.arange(0, BK)
     offs = row * K + t.to(tl.int64)[:, None] * (H * K) + d[None, :]
     m = (t[:, None] < T) & (d[None, :] < K)
-    b_g = tl.load(g + offs, mask=m, other=0).to(tl.float64)
-    tl.store(gc + offs, tl.cumsum(b_g, axis=0).to(gc.dtype.element_ty), mask=m)
+    b_x = tl.load(x + offs, mask=m, other=0).to(tl.float64)
+    tl.store(y + offs, tl.cumsum(b_x, axis=0, reverse=REVERSE).to(y.dtype.element_ty), mask=m)
+
+
+def _chunk_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype, reverse: bool) -> torch.Tensor:
+    """`_chunk_cumsum_kernel` of x [B, T, H, K] into a new tensor of dtype."""
+    B, T, H, K = x.shape
+    y = torch.empty(B, T, H, K, dtype=dtype, device=x.device)
+    BK = min(64, triton.next_power_of_2(K))
+    launch(_chunk_cumsum_kernel, flat_grid(triton.cdiv(K, BK), triton.cdiv(T, chunk), B * H), x, y, T, H=H,
+           K=K, BT=chunk, BK=BK, REVERSE=reverse)
+    return y
 
 
 def chunk_cumgate_channels(g: torch.Tensor, chunk: int, inputs: torch.dtype) -> torch.Tensor:
@@ -623,78 +723,87 @@ def chunk_cumgate_channels(g: torch.Tensor, chunk: int, inputs: torch.dtype) -> 
     float64 for fp32 `inputs` (the pair kernels' differences of it keep float32 precision) and in
     float32 for 16-bit ones (half the bytes; a difference is off by at most half a float32 step of
     |G|, 1.2e-4 at the extreme gate's 3840, under fp16's rounding of 4.9e-4 and bf16's 2e-3)."""
-    B, T, H, K = g.shape
-    gc = torch.empty(B, T, H, K, dtype=torch.float64 if inputs == torch.float32 else torch.float32,
-                     device=g.device)
-    BK = min(64, triton.next_power_of_2(K))
-    launch(_cumgate_kernel, flat_grid(triton.cdiv(K, BK), triton.cdiv(T, chunk), B * H), g, gc, T, H=H,
-           K=K, BT=chunk, BK=BK)
-    return gc
+    return _chunk_cumsum(g, chunk, torch.float64 if inputs == torch.float32 else torch.float32, False)
 
 
-def chunk_reverse_cumsum(x: torch.Tensor, chunk: int) -> torch.Tensor:
-    """The reverse (suffix) cumsum of x [B, T, ...] inside each chunk of `chunk` rows, float32."""
-    B, T = x.shape[:2]
-    NT = triton.cdiv(T, chunk)
-    padded = x.new_zeros((B, NT * chunk) + x.shape[2:])
-    padded[:, :T] = x
-    view = padded.view((B, NT, chunk) + x.shape[2:])
-    return view.flip(2).cumsum(2).flip(2).reshape(padded.shape)[:, :T]
+def chunk_reverse_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B, T, H, K] in dtype: the reverse (suffix) cumsum of x [B, T, H, K] inside each chunk of
+    `chunk` rows (the gradient of a chunk-local cumsum from that of its result), summed in float64
+    and rounded once."""
+    return _chunk_cumsum(x, chunk, dtype, True)
+
+
+@compiles_ahead
+def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
+    """(o, the final state or None): the forward kernels. ctx: the autograd context, which keeps
+    what the backward reads; None for a forward no backward follows, where with a gate per channel
+    the walk writes o itself (`_fwd_walk_kernel`'s OUTPUT) and stores no states."""
+    q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
+    g = None if g is None else g.contiguous()
+    h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    N, NT = state_count(B, chunk_offsets), triton.cdiv(T, CHUNK)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    channel = g is not None and g.dim() == 4
+    BK, settings = _settings(K, q.dtype, channel)
+    modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
+                 **product_settings(q.dtype))
+    gc = Akk = Aqk = None
+    if channel:
+        gc = chunk_cumgate_channels(g, CHUNK, q.dtype)
+        Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
+        launch(pairs_kernel, flat_grid(CHUNK // PAIR_BLOCK, NT, B * H), q, k, gc, Akk, Aqk, T, H=H,
+               K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
+    Ai = torch.empty(B, T, H, CHUNK, **f32)
+    w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
+    qg, kg = (torch.empty(B, T, H, K, **f32) for _ in range(2)) if channel else (None, None)
+    launch(_prepare_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, T,
+           **{**modes, **settings["prepare"]})
+
+    ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
+    o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
+    fused = ctx is None and settings["walk_output"] is not None
+    states = None if fused else torch.empty(B, H, NT, K, V, **f32)
+    vnew = None if fused else torch.empty(B, T, H, V, **f32)
+    walk = settings["walk_output" if fused else "fwd_walk"]
+    launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
+           h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
+           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, OUTPUT=fused, **modes, **walk)
+    if not fused:
+        launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, states, vnew, o, scale, T,
+               NT, **modes, **settings["output"])
+    if ctx is not None:
+        save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, states,
+                     vnew, chunk_offsets=chunk_offsets, initial_state=initial_state)
+        ctx.set_materialize_grads(False)
+    return o.to(v.dtype), ht
+
+
+class ChunkDeltaInference:
+    """`ChunkDeltaFunction`'s forward where no gradient is asked for (grad mode off, or no input
+    requiring one): the same kernels without an autograd context, so nothing is kept for a
+    backward."""
+
+    @staticmethod
+    def apply(*args):
+        return _forward(None, *args)
 
 
 class ChunkDeltaFunction(torch.autograd.Function):
-    """Autograd wrapper around the four chunked kernels.
+    """Autograd wrapper around the chunked kernels.
 
     g: None (delta_rule; its gradient is None), [B, T, H] (gated_delta_rule) or [B, T, H, K] (kda:
     its pair matrices come from chunk_pairs.py's kernels). chunk_offsets:
     None, or those of a packed batch's sequences on its aligned row (B = 1, ops/common/varlen.py):
     initial and final state [N, H, K, V].
     """
-
-    @staticmethod
-    @compiles_ahead
-    def forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
-        q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
-        g = None if g is None else g.contiguous()
-        h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
-        B, T, H, K = q.shape
-        V = v.shape[-1]
-        N, NT = state_count(B, chunk_offsets), triton.cdiv(T, CHUNK)
-        f32 = dict(dtype=torch.float32, device=q.device)
-        channel = g is not None and g.dim() == 4
-        BK, settings = _settings(K, q.dtype, channel)
-        modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
-                     **product_settings(q.dtype))
-        gc = Akk = Aqk = None
-        if channel:
-            gc = chunk_cumgate_channels(g, CHUNK, q.dtype)
-            Akk, Aqk = torch.empty(B, T, H, CHUNK, **f32), torch.empty(B, T, H, CHUNK, **f32)
-            launch(pairs_kernel, flat_grid(CHUNK // PAIR_BLOCK, NT, B * H), q, k, gc, Akk, Aqk, T, H=H,
-                   K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
-        Ai = torch.empty(B, T, H, CHUNK, **f32)
-        w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
-        launch(_prepare_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, w, u, T,
-               **{**modes, **settings["prepare"]})
-
-        ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
-        states = torch.empty(B, H, NT, K, V, **f32)
-        vnew = torch.empty(B, T, H, V, **f32)
-        walk = settings["fwd_walk"]
-        launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), k, g, gc, w, u, h0, ht,
-               states, vnew, chunk_offsets, T, NT, USE_H0=h0 is not None, STORE_HT=output_final_state,
-               VARLEN=chunk_offsets is not None, **modes, **walk)
-        o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
-        launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, states, vnew, o, scale, T, NT,
-               **modes, **settings["output"])
-        save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, states, vnew,
-                     chunk_offsets=chunk_offsets, initial_state=initial_state)
-        ctx.set_materialize_grads(False)
-        return o.to(v.dtype), ht
+    forward = staticmethod(_forward)
 
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
-        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, states, vnew = ctx.saved_tensors
+        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, states, vnew = ctx.saved_tensors
         need_h0 = ctx.needs_input_grad[6] and ctx.h0_dtype is not None
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -712,7 +821,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_bwd_local_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, do, dvnew, ctx.scale, T, **modes,
                **settings["local"])
         walk = settings["bwd_walk"]
-        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, g, gc, w, do, dht, dhs,
+        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, do, dht, dhs,
                dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
                VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
 
@@ -736,7 +845,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
             blocks = triton.cdiv(K, grads["BK"]) * (CHUNK // PAIR_BLOCK)
             launch(pair_grads_kernel, flat_grid(blocks, NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
                    K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **grads)
-            dg = chunk_reverse_cumsum(dg, CHUNK)
+            dg = chunk_reverse_cumsum(dg, CHUNK, store_dtype(g.dtype))
         return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
@@ -751,5 +860,7 @@ def chunk_delta(q, k, v, beta, g, scale, initial_state, output_final_state, cu_s
     K = q.shape[-1]
     scale = K ** -0.5 if scale is None else float(scale)
     packing = None if cu_seqlens is None else Packing(cu_seqlens, CHUNK, q.device)
-    return apply_packed(ChunkDeltaFunction, packing, (q, k, v, beta, g), (True,) * 5,
-                        scale, initial_state, bool(output_final_state))
+    tensors = (q, k, v, beta, g, initial_state)
+    training = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in tensors)
+    return apply_packed(ChunkDeltaFunction if training else ChunkDeltaInference, packing,
+                        (q, k, v, beta, g), (True,) * 5, scale, initial_state, bool(output_final_state))
