@@ -346,3 +346,22 @@ def test_kda_forward_without_autograd_writes_o_from_the_walk(monkeypatch, packed
                                               **extra)
     assert ("_fwd_walk_kernel", True) in launched and "_fwd_output_kernel" not in dict(launched)
     assert torch.equal(o_inference, o.detach()) and torch.equal(ht_inference, ht.detach())
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_chunk_local_cumsums_are_the_float64_sums_rounded_once(reverse):
+    """kda's cumulative gate (prefix sums in each chunk of 64) and its gradient's suffix sums:
+    T and K that fill neither a chunk nor a key block; each element the float64 sum of its chunk's
+    rows rounded once to float32, so no row of another chunk or past T enters."""
+    from fla_kernels.ops.common.chunk_delta import chunk_cumgate_channels, chunk_reverse_cumsum
+    x = torch.randn(2, 130, 3, 40, device=DEVICE)
+    chunks = torch.zeros(2, 192, 3, 40, dtype=torch.float64, device=DEVICE)
+    chunks[:, :130] = x
+    chunks = chunks.view(2, 3, 64, 3, 40)
+    if reverse:
+        expected = chunks.flip(2).cumsum(2).flip(2)
+        got = chunk_reverse_cumsum(x, 64, torch.float32)
+    else:
+        expected = chunks.cumsum(2)
+        got = chunk_cumgate_channels(x, 64, torch.bfloat16)
+    assert torch.equal(got, expected.reshape(2, 192, 3, 40)[:, :130].float())
