@@ -687,7 +687,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     walk_output = None
     if channel:
-        walk_output = dict(fwd_walk, num_warps=4 if BK <= 128 else 8, num_stages=1) if BK >= 64 else fwd_walk
+        wide = dict(fwd_walk, num_warps=4 if BK <= 128 else 8, num_stages=1)
+        walk_output = wide if BK >= 64 else fwd_walk
     return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
                     fwd_walk=fwd_walk, walk_output=walk_output, bwd_walk=bwd_walk,
                     bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs)
@@ -825,9 +826,9 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_bwd_local_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, do, dvnew, ctx.scale, T, **modes,
                **settings["local"])
         walk = settings["bwd_walk"]
-        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, do, dht, dhs,
-               dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None, STORE_DH0=need_h0,
-               VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
+        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, do,
+               dht, dhs, dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None,
+               STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
 
         # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
         # kernel adds to dq, dk and dG); the per-chunk kernels take K a key block at a time
