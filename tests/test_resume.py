@@ -17,7 +17,7 @@ from harness.cli import main
 GOOD = "chunk=tests.implementations:baseline_like"
 ARGS = ["sweep", "--op", "rwkv6", "--dtype", "fp32", "--variant", "chunk", "--T", "1,20,65",
         "--B", "1", "--H", "1", "--K", "16", "--V", "16", "--h0", "grad", "--gate", "normal",
-        "--checks", "inputs,segments,options", "--no-golden-cache", "--quiet"]
+        "--checks", "inputs,segments,inference,options", "--no-golden-cache", "--quiet"]
 KEY = ["case_id", "variant", "impl", "check", "tensor"]
 VALUES = ["err", "rel", "rms_rel", "base_err", "floor", "bound", "ratio", "verdict", "message",
           "first_bad", "case_rows", "run_id"]
