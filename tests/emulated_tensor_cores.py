@@ -24,6 +24,18 @@ def _product(a, b, c, OPERAND_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def _product_x3(a, b, c, SPLIT: tl.constexpr):
+    o = tl.arange(0, 16)
+    x = tl.load(a + o[:, None] * 16 + o[None, :])
+    y = tl.load(b + o[:, None] * 16 + o[None, :])
+    if SPLIT:
+        z = dot.mma_tf32x3(x, y, False)
+    else:
+        z = dot.mma(x, y, False, tl.float32)
+    tl.store(c + o[:, None] * 16 + o[None, :], z)
+
+
+@triton.jit
 def _bf16_once(a, b, FP32_DOT: tl.constexpr):
     """A planted split product that rounds its operands to bf16 once, as a plain 16-bit one does."""
     return dot.mma(a, b, FP32_DOT, tl.bfloat16)
@@ -68,6 +80,21 @@ def products():
         rounded = a.to(dtype).double() @ b.to(dtype).double()
         out[name] = [(c.double() - rounded).abs().max().item(),
                      (c.double() - a.double() @ b.double()).abs().max().item()]
+    return out
+
+
+def split_products():
+    """max |product - exact| / max |exact| of fp32 matrices (entries spread over 2^-8..2^8) for
+    `mma_tf32x3` and for one tf32 product."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 16, generator=gen) * 2.0 ** torch.randint(-8, 9, (16, 16), generator=gen)
+            for _ in range(2))
+    exact = a.double() @ b.double()
+    out = {}
+    for name, split in (("tf32x3", True), ("tf32", False)):
+        c = torch.empty(16, 16, device=DEVICE)
+        _product_x3[(1,)](a.to(DEVICE), b.to(DEVICE), c, split)
+        out[name] = ((c.double().cpu() - exact).abs().max() / exact.abs().max()).item()
     return out
 
 
@@ -128,6 +155,8 @@ if __name__ == "__main__":
     job = sys.argv[1]
     if job == "products":
         print(json.dumps(products()))
+    elif job == "split_products":
+        print(json.dumps(split_products()))
     elif job == "case":
         print(json.dumps(case_rows(*sys.argv[2:])))
     elif job == "walk":

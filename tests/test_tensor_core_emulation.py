@@ -13,6 +13,15 @@ def test_products_round_their_operands_to_the_operand_dtype():
         assert from_exact > 1e-3, dtype            # and not the exact product of the inputs
 
 
+def test_three_tf32_products_come_within_fp32_reach_where_one_does_not():
+    """`mma_tf32x3` (kda's solve gradient with 16-bit inputs) against the exact product: near
+    float32's 2^-24 (its dropped lo * lo term is 2^-22 of a product), where one tf32 product is
+    off by about 2^-11."""
+    errors = emulated("split_products")
+    assert errors["tf32x3"] < 2.0 ** -20, errors
+    assert errors["tf32"] > 2.0 ** -14, errors
+
+
 # the H100 cases the sums failed on before, and the products each kernel's split ones replaced.
 # Simple GLA's (chunk, fp16, tf32) is not among them: emulated, its one rounding leaves noise of
 # no sign (sums leaning 0.1 to 1.8 x their spread at T = 65 and 1000), which the sums allow; the

@@ -14,16 +14,17 @@ With a gate per key channel, exp(G) scales each column of K and Q, exp(G_L) each
 pair products Gamma * K K^T and Gamma * Q K^T become sum_c k_tc k_sc exp(G_tc - G_sc) (and q's):
 `chunk_pairs.py` forms them (Akk, Aqk) before the prepare kernel and takes their gradients after
 the backward's per-chunk kernels; the kernels here read them instead of forming them.
-Ti comes from `unit_lower_inverse`: 16-row diagonal blocks inverted by substitution, the blocks
-below them by block substitution, all in 16 x 16 products. Only the state walks cross
-chunks, and they carry the state alone (two products per chunk and V-block); everything else is
-one program per chunk.
+Ti comes from `unit_lower_inverse`: 16-row diagonal blocks inverted by substitution (all four
+at once, elementwise), the blocks below them by block substitution in 16 x 16 products. Only
+the state walks cross chunks, and they carry the state alone (two products per chunk and
+V-block); everything else is one program per chunk.
 
 Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also the gated q and
           k the walks read, so that they form no exponential of a tile) -> `_fwd_walk_kernel`
-          (per V-block: U, the states entering each chunk, the final state) ->
-          `_fwd_output_kernel` (o per chunk). Where no backward follows (no autograd), kda's walk
-          writes o itself instead, and neither U nor the states are stored.
+          (per V-block: U and the states entering each chunk for the backward, the final state)
+          -> `_fwd_output_kernel` (o per chunk). With a gate per channel (kda) the walk writes o
+          itself from the state in hand, and no output kernel runs; where no backward follows
+          (no autograd) neither U nor the states are stored.
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -58,9 +59,10 @@ one row, so they are left out of both sides instead of cancelling to rounding.
 Launch settings per kernel (V-block width, warps, pipelining) are `_settings`'.
 
 Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
-(`mma` with float32 operands), the triangular solve and its gradient in IEEE fp32; fp32 inputs
-(and the interpreter) take IEEE fp32 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned
-row (ops/common/varlen.py): the walks take its sequences' chunk offsets.
+(`mma` with float32 operands), the triangular solve in IEEE fp32 and its gradient in three tf32
+products (`mma_tf32x3`, about 21 bits); fp32 inputs (and the interpreter) take IEEE fp32
+everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py):
+the walks take its sequences' chunk offsets.
 """
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ from fla_kernels.ops.common.autograd import needed, save_context, upstream
 from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel, cumgate_cols,
                                                 cumgate_row, cumgate_rows, decay)
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
-from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs
+from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs, mma_tf32x3
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
 from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_rows,
                                           load_rows_t, load_state, store_rows, store_state)
@@ -93,12 +95,13 @@ def unit_lower_inverse(b_A, scratch, base, c0, T, H: tl.constexpr, BT: tl.conste
     """(I + A)^{-1} [BT, BT] float32 for A strictly lower triangular (BT = 64), in IEEE fp32,
     through the program's rows of `scratch` [B, T, H, BT] (base = row * BT), which end holding it.
 
-    A goes to the scratch and comes back as 16 x 16 blocks A_ij. Each diagonal block D_i is
-    inverted by substitution, one row per step (`_diagonal_inverse`). The blocks below follow from
-    Ti (I + A) = I, row by row from the diagonal leftwards: Ti_ij = -(sum_{j < s <= i} Ti_is A_sj) D_j,
-    in 16 x 16 products (the association of pairwise merges of inverses; the other one,
-    -D_i sum_s A_is Ti_sj, was 1.5 x less accurate in the last row's blocks). The blocks go back
-    to the scratch and the whole inverse is read from it. Rows past T read as zero and are not
+    A goes to the scratch and comes back as 16 x 16 blocks A_ij. The diagonal blocks D_i are
+    inverted by substitution in the scratch, all four at once (`_diagonal_inverses`), and read
+    back. The blocks below follow from Ti (I + A) = I, row by row from the diagonal leftwards:
+    Ti_ij = -(sum_{j < s <= i} Ti_is A_sj) D_j, in 16 x 16 products (the association of
+    pairwise merges of inverses; the other one, -D_i sum_s A_is Ti_sj, was 1.5 x less accurate in
+    the last row's blocks; three tf32 products in place of these, 3 x, and no faster). The
+    blocks go back to the scratch and the whole inverse is read from it. Rows past T read as zero and are not
     stored; their A is zero, so the rows before them do not see them."""
     tl.static_assert(BT == 64)
     tl.debug_barrier()
@@ -110,10 +113,13 @@ def unit_lower_inverse(b_A, scratch, base, c0, T, H: tl.constexpr, BT: tl.conste
     A30 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 0)
     A31 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 1)
     A32 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 2)
-    D0 = _diagonal_inverse(scratch, base, c0, T, H, BT, 0)
-    D1 = _diagonal_inverse(scratch, base, c0, T, H, BT, 1)
-    D2 = _diagonal_inverse(scratch, base, c0, T, H, BT, 2)
-    D3 = _diagonal_inverse(scratch, base, c0, T, H, BT, 3)
+    tl.debug_barrier()
+    _diagonal_inverses(scratch, base, c0, T, H, BT)
+    tl.debug_barrier()
+    D0 = load_rows(scratch, base, c0, T, H, BT, 16, 16, 0)
+    D1 = load_rows(scratch, base, c0 + 16, T, H, BT, 16, 16, 1)
+    D2 = load_rows(scratch, base, c0 + 32, T, H, BT, 16, 16, 2)
+    D3 = load_rows(scratch, base, c0 + 48, T, H, BT, 16, 16, 3)
     T10 = -_ieee(_ieee(D1, A10), D0)
     T21 = -_ieee(_ieee(D2, A21), D1)
     T32 = -_ieee(_ieee(D3, A32), D2)
@@ -121,32 +127,38 @@ def unit_lower_inverse(b_A, scratch, base, c0, T, H: tl.constexpr, BT: tl.conste
     T31 = -_ieee(_ieee(T32, A21) + _ieee(D3, A31), D1)
     T30 = -_ieee(_ieee(T31, A10) + _ieee(T32, A20) + _ieee(D3, A30), D0)
     tl.debug_barrier()
-    store_rows(scratch, D0, base, c0, T, H, BT, 16, 16, 0)
     store_rows(scratch, T10, base, c0 + 16, T, H, BT, 16, 16, 0)
-    store_rows(scratch, D1, base, c0 + 16, T, H, BT, 16, 16, 1)
     store_rows(scratch, T20, base, c0 + 32, T, H, BT, 16, 16, 0)
     store_rows(scratch, T21, base, c0 + 32, T, H, BT, 16, 16, 1)
-    store_rows(scratch, D2, base, c0 + 32, T, H, BT, 16, 16, 2)
     store_rows(scratch, T30, base, c0 + 48, T, H, BT, 16, 16, 0)
     store_rows(scratch, T31, base, c0 + 48, T, H, BT, 16, 16, 1)
     store_rows(scratch, T32, base, c0 + 48, T, H, BT, 16, 16, 2)
-    store_rows(scratch, D3, base, c0 + 48, T, H, BT, 16, 16, 3)
     tl.debug_barrier()
     return load_rows(scratch, base, c0, T, H, BT, BT, BT, 0)
 
 
 @triton.jit
-def _diagonal_inverse(scratch, base, c0, T, H: tl.constexpr, BT: tl.constexpr, j: tl.constexpr):
-    """(I + A_jj)^{-1} [16, 16] of the strictly lower diagonal block j of A in `scratch`, by
-    substitution: step i sets row i to e_i - (A_jj D)_i, whose rows before i are final. Each step
-    is one IEEE fp32 product, as the 64-row solve's were (a sum of rounded products on vectors
-    instead was 1.2 x less accurate)."""
-    o = tl.arange(0, 16)
-    b_A = load_rows(scratch, base, c0 + 16 * j, T, H, BT, 16, 16, j)
-    b_T = tl.where(o[:, None] == o[None, :], 1.0, 0.0)
-    for i in range(1, 16):
-        b_T -= tl.where(o[:, None] == i, _ieee(b_A, b_T), 0.0)
-    return b_T
+def _diagonal_inverses(scratch, base, c0, T, H: tl.constexpr, BT: tl.constexpr):
+    """Overwrite the four 16 x 16 diagonal blocks A_jj of the strictly lower A in `scratch` with
+    (I + A_jj)^{-1}, all four at once as one [4, 16, 16] tile, by substitution: once row s of
+    each block is final, step s subtracts A_is times it from every row i below (a column of a
+    strictly lower A is zero down to its diagonal), one fma per term. Each entry is the same
+    sequential float32 sum an IEEE product forms (the 15 products per block this replaced), in
+    elementwise steps without a product's layout conversions: the prepare kernel 1.22 -> 1.01
+    ms at the bench shape on an H200, the solve's largest error the same (benchmarks/tuning.md)."""
+    blk = tl.arange(0, 4)[:, None, None]
+    i = tl.arange(0, 16)[None, :, None]
+    j = tl.arange(0, 16)[None, None, :]
+    t = c0 + 16 * blk + i
+    offs = base + t.to(tl.int64) * (H * BT) + 16 * blk + j
+    m = (t < T) & (j < 16)
+    b_A = tl.load(scratch + offs, mask=m, other=0)
+    b_T = tl.where(i == j, 1.0, 0.0) + tl.zeros([4, 16, 16], dtype=tl.float32)
+    for s in tl.static_range(15):
+        a_s = tl.sum(tl.where(j == s, b_A, 0.0), axis=2)
+        x_s = tl.sum(tl.where(i == s, b_T, 0.0), axis=1)
+        b_T = tl.fma(-a_s[:, :, None], x_s[:, None, :], b_T)
+    tl.store(scratch + offs, b_T, mask=m)
 
 
 @triton.jit
@@ -358,16 +370,17 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, h0, ht, states, vnew, o, ch
                      NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr,
-                     OUTPUT: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """Per V-block, chunk after chunk: the states entering each chunk [B, H, NT, K, V] and U
-    [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; or with OUTPUT (a forward
-    no backward will follow) o [B, T, H, V] at once from the state in hand, neither stored.
-    ht [N, H, K, V] float32 when STORE_HT."""
+                     OUTPUT: tl.constexpr, STORE: tl.constexpr, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
+    """Per V-block, chunk after chunk: with STORE the states entering each chunk
+    [B, H, NT, K, V] and U [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; with
+    OUTPUT o [B, T, H, V] at once from the state in hand (a gate per channel, whose output
+    operands `_prepare_kernel` and the pair kernel stored); ht [N, H, K, V] float32 when STORE_HT."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         c0 = i_c * BT
-        if not OUTPUT:
+        if STORE:
             store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
         b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
         b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
@@ -378,7 +391,7 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, h0, ht, states, vnew, o, ch
                                          CHANNEL, FP32_DOT, OPERAND_DTYPE)
             store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
                        BV, i_v)
-        else:
+        if STORE:
             store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
         b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
@@ -615,9 +628,11 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
         b_dT += mma(b_dw, b_kt * (kG_t * b_beta[None, :]), FP32_DOT, tl.float32)
 
     # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) (Gamma * K K^T)); Akk with CHANNEL. The
-    # solve's gradient in IEEE fp32, as the solve: with beta near 1, Ti's entries grow along the
-    # chunk, and tf32 operands here doubled kda's dbeta error (fp16, K = 100, strong decay)
-    b_dA = -mma(mma(b_Tt, b_dT, True, tl.float32), b_Tt, True, tl.float32)
+    # solve's gradient near fp32 (three tf32 products; IEEE with FP32_DOT): with beta near 1,
+    # Ti's entries grow along the chunk, and one tf32 product here doubled kda's dbeta error
+    # (fp16, K = 100, strong decay). IEEE products on the CUDA cores took 0.9 of the 2.9 ms of
+    # this kernel at the bench shape on an H200; the three tf32 ones come within 2^-22 of them
+    b_dA = -mma_tf32x3(mma_tf32x3(b_Tt, b_dT, FP32_DOT), b_Tt, FP32_DOT)
     b_dA = tl.where(strict, b_dA, 0.0)
     if CHANNEL:
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
@@ -646,8 +661,9 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
 def _settings(K, dtype, channel: bool) -> tuple:
     """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest); per
     kernel its V-block width BV and num_warps (and num_stages of the walks), and a key block BK
-    for those that take K a block at a time: 32 columns for the prepare kernel and the pair
-    kernels, 64 for the backward's per-chunk kernels (what spills least, compiled for sm_90a:
+    for those that take K a block at a time: 32 columns for the pair kernels and the prepare
+    kernel (64 with a gate per channel: 0.97 against 1.02 ms at the bench shape on the H200), 64
+    for the backward's per-chunk kernels (what spills least, compiled for sm_90a:
     benchmarks/tuning.md).
 
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
@@ -659,7 +675,11 @@ def _settings(K, dtype, channel: bool) -> tuple:
     the settings the GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory
     out of range or gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the
     backward's per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there,
-    and at K = 64 4 warps spilled 3-6 KB a thread, 8 under 1), and the per-channel walks below
+    and at K = 64 4 warps spilled 3-6 KB a thread, 8 under 1). With a gate per channel they take
+    4 at every K: since the solve's gradient left the CUDA cores (`mma_tf32x3`), 4 warps took
+    1.85 and 1.69 ms against 8 warps' 2.24 and 2.00 at the bench shape on the H200, though ptxas
+    reports 2-3 KB of spills a thread (their tiles are [64, 64] from K = 64 on, one or more key
+    blocks). The per-channel walks below
     K = 64 their old 32-wide blocks. The pair kernels (programs of 16 rows) take one warp over
     32-column key blocks, pipelined (3 stages): fastest of BK 16/32/64/128, 1/2/4/8 warps and 1
     or 3 stages at the bench shape on the H200, every gradient the same bit for bit
@@ -668,30 +688,27 @@ def _settings(K, dtype, channel: bool) -> tuple:
     scan (tests/pipeline_races.py) finds no such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
     <= K <= 128 (a per-channel backward walk not even then: out of shared memory at K = 128).
-    kda's forward without autograd (`walk_output`: the walk writing o) reads q's and the pairs'
-    tiles too: at K = 128, bf16 on the H200, 4 warps unpipelined took 2.69 ms for the whole
-    forward, 8 warps pipelined 2.73, unpipelined 2.96, 32-wide V-blocks 2.94-3.49; the forward
-    with the output kernel 2.98 (benchmarks/tuning.md). Other ops keep the output kernel there.
+    kda's forward walk writes o and so reads q's and the pairs' tiles too: at K = 128, bf16 on
+    the H200, 4 warps unpipelined took 2.69 ms for the whole forward without autograd, 8 warps
+    pipelined 2.73, unpipelined 2.96, 32-wide V-blocks 2.94-3.49, the forward with the output
+    kernel 2.98; in training (the walk storing the states and U as well) 4 warps and 8 pipelined
+    were alike (benchmarks/tuning.md). Other ops keep the output kernel.
     V-blocks of the per-chunk kernels are 32 wide (see the module's note on Triton 3.6)."""
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
-    bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if BK >= 64 else 4, num_stages=1)
+    bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if BK >= 64 and not channel else 4, num_stages=1)
     pairs = dict(BK=min(BK, 32), num_warps=1, num_stages=3)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
-        fwd_walk = dict(BV=64, num_warps=8, num_stages=pipelined)
+        fwd_walk = dict(BV=64, num_warps=4 if BK <= 128 else 8, num_stages=1)
         bwd_walk = dict(BV=64, num_warps=8, num_stages=1)
     else:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
-    walk_output = None
-    if channel:
-        wide = dict(fwd_walk, num_warps=4 if BK <= 128 else 8, num_stages=1)
-        walk_output = wide if BK >= 64 else fwd_walk
-    return BK, dict(prepare=dict(per_chunk, BK=min(BK, 32)), output=per_chunk, local=per_chunk,
-                    fwd_walk=fwd_walk, walk_output=walk_output, bwd_walk=bwd_walk,
-                    bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs)
+    prepare = dict(per_chunk, BK=min(BK, 64 if channel else 32))
+    return BK, dict(prepare=prepare, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
+                    bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -741,8 +758,9 @@ def chunk_reverse_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype) -> tor
 @compiles_ahead
 def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
     """(o, the final state or None): the forward kernels. ctx: the autograd context, which keeps
-    what the backward reads; None for a forward no backward follows, where with a gate per channel
-    the walk writes o itself (`_fwd_walk_kernel`'s OUTPUT) and stores no states."""
+    what the backward reads; None for a forward no backward follows. With a gate per channel the
+    walk writes o itself (`_fwd_walk_kernel`'s OUTPUT), and without autograd it stores neither
+    the states nor U."""
     q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
     g = None if g is None else g.contiguous()
     h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
@@ -768,14 +786,15 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
 
     ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
     o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
-    fused = ctx is None and settings["walk_output"] is not None
-    states = None if fused else torch.empty(B, H, NT, K, V, **f32)
-    vnew = None if fused else torch.empty(B, T, H, V, **f32)
-    walk = settings["walk_output" if fused else "fwd_walk"]
+    store = ctx is not None or not channel   # the output kernel reads them
+    states = torch.empty(B, H, NT, K, V, **f32) if store else None
+    vnew = torch.empty(B, T, H, V, **f32) if store else None
+    walk = settings["fwd_walk"]
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
            h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
-           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, OUTPUT=fused, **modes, **walk)
-    if not fused:
+           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, OUTPUT=channel, STORE=store,
+           **modes, **walk)
+    if not channel:
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, states, vnew, o, scale, T,
                NT, **modes, **settings["output"])
     if ctx is not None:

@@ -141,6 +141,25 @@ def mma_tf32_split_rhs(a, b, FP32_DOT: tl.constexpr):
 
 
 @triton.jit
+def mma_tf32x3(a, b, FP32_DOT: tl.constexpr):
+    """a @ b to about 21 bits in three tf32 products, for a and b both computed in fp32: each as
+    two rounded tf32 parts, hi + lo, summed hi*lo + lo*hi + hi*hi (lo*lo, 2^-22 of the product,
+    left out).
+
+    For the products a 16-bit kernel needs near fp32 (a triangular solve's gradient, whose
+    entries grow along a chunk) without IEEE products on the CUDA cores: at 64 x 64 x 64 those
+    took a third of kda's chunk-gradient kernel on an H200 (benchmarks/tuning.md). FP32_DOT: one
+    IEEE product."""
+    if FP32_DOT:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        a_hi, b_hi = round_tf32(a), round_tf32(b)
+        a_lo, b_lo = round_tf32(a.to(tl.float32) - a_hi), round_tf32(b.to(tl.float32) - b_hi)
+        acc = mma(a_hi, b_lo, FP32_DOT, tl.float32) + mma(a_lo, b_hi, FP32_DOT, tl.float32)
+        return acc + mma(a_hi, b_hi, FP32_DOT, tl.float32)
+
+
+@triton.jit
 def add_rounded(acc, x):
     """acc + x in fp32 rounded to nearest, where x is a product (`mma`) and acc a carried state.
 
