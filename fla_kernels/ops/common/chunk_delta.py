@@ -100,9 +100,9 @@ def unit_lower_inverse(b_A, scratch, base, c0, T, H: tl.constexpr, BT: tl.conste
     back. The blocks below follow from Ti (I + A) = I, row by row from the diagonal leftwards:
     Ti_ij = -(sum_{j < s <= i} Ti_is A_sj) D_j, in 16 x 16 products (the association of
     pairwise merges of inverses; the other one, -D_i sum_s A_is Ti_sj, was 1.5 x less accurate in
-    the last row's blocks; three tf32 products in place of these, 3 x, and no faster). The
-    blocks go back to the scratch and the whole inverse is read from it. Rows past T read as zero and are not
-    stored; their A is zero, so the rows before them do not see them."""
+    the last row's blocks; three tf32 products in place of these were 3 x less accurate and no
+    faster). The blocks go back to the scratch and the whole inverse is read from it. Rows past
+    T read as zero and are not stored; their A is zero, so the rows before them do not see them."""
     tl.static_assert(BT == 64)
     tl.debug_barrier()
     store_rows(scratch, b_A, base, c0, T, H, BT, BT, BT, 0)
@@ -370,12 +370,11 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, h0, ht, states, vnew, o, ch
                      NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr,
-                     OUTPUT: tl.constexpr, STORE: tl.constexpr, FP32_DOT: tl.constexpr,
-                     OPERAND_DTYPE: tl.constexpr):
+                     STORE: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk: with STORE the states entering each chunk
     [B, H, NT, K, V] and U [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; with
-    OUTPUT o [B, T, H, V] at once from the state in hand (a gate per channel, whose output
-    operands `_prepare_kernel` and the pair kernel stored); ht [N, H, K, V] float32 when STORE_HT."""
+    a gate per channel (CHANNEL) o [B, T, H, V] at once from the state in hand, from the output
+    operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
@@ -386,7 +385,7 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, h0, ht, states, vnew, o, ch
         b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
         b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
-        if OUTPUT:
+        if CHANNEL:
             b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
                                          CHANNEL, FP32_DOT, OPERAND_DTYPE)
             store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
@@ -679,8 +678,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
     4 at every K: since the solve's gradient left the CUDA cores (`mma_tf32x3`), 4 warps took
     1.85 and 1.69 ms against 8 warps' 2.24 and 2.00 at the bench shape on the H200, though ptxas
     reports 2-3 KB of spills a thread (their tiles are [64, 64] from K = 64 on, one or more key
-    blocks). The per-channel walks below
-    K = 64 their old 32-wide blocks. The pair kernels (programs of 16 rows) take one warp over
+    blocks). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels (programs of 16 rows) take one warp over
     32-column key blocks, pipelined (3 stages): fastest of BK 16/32/64/128, 1/2/4/8 warps and 1
     or 3 stages at the bench shape on the H200, every gradient the same bit for bit
     (benchmarks/tuning.md). Their loops read loaded gates inside a data-dependent branch, the
@@ -759,8 +757,8 @@ def chunk_reverse_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype) -> tor
 def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
     """(o, the final state or None): the forward kernels. ctx: the autograd context, which keeps
     what the backward reads; None for a forward no backward follows. With a gate per channel the
-    walk writes o itself (`_fwd_walk_kernel`'s OUTPUT), and without autograd it stores neither
-    the states nor U."""
+    walk writes o itself (`_fwd_walk_kernel`), and without autograd it stores neither the states
+    nor U."""
     q, k, v, beta = (x.contiguous() for x in (q, k, v, beta))
     g = None if g is None else g.contiguous()
     h0 = None if initial_state is None else initial_state.to(torch.float32).contiguous()
@@ -792,8 +790,8 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     walk = settings["fwd_walk"]
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
            h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
-           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, OUTPUT=channel, STORE=store,
-           **modes, **walk)
+           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store, **modes,
+           **walk)
     if not channel:
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, states, vnew, o, scale, T,
                NT, **modes, **settings["output"])
