@@ -107,21 +107,23 @@ def op_suite(op: str, suite: dict) -> dict:
     return {**suite, "option": [o for o in suite["option"] if o == "none" or o in own]}
 
 
-def sweep_command(op: str, suite: dict, out: Path, impls=(), cache_args=()) -> list[str]:
+def sweep_command(op: str, suite: dict, out: Path, impls=(), cache_args=(), workers: int = 1) -> list[str]:
     command = [sys.executable, "-m", "harness", "sweep", "--op", op, *suite_arguments(op_suite(op, suite)),
-               "--out", str(out), "--quiet", *cache_args]
+               "--out", str(out), "--quiet", "--jobs", str(workers), *cache_args]
     for impl in impls:
         command += ["--impl", impl]
     return command
 
 
 def run_sweeps(ops, suite: list[dict], out_dir: Path, impls=(), jobs: int = 1, cache_args=(),
-               echo=print) -> list[tuple]:
+               echo=print, workers: int = 1) -> list[tuple]:
     """Sweep each op in its own process per part of the suite, `jobs` at a time, each seeing one
-    GPU in turn (harness.parallel.worker_devices); [(op, results CSV, exit code)]. Each sweep's
-    output goes to <out_dir>/<op>[/part<i>]/sweep.log; a line is printed as each finishes."""
+    GPU in turn (harness.parallel.worker_devices) and dealing its cases to `workers` processes
+    there (sweep --jobs); [(op, results CSV, exit code)]. Each sweep's output goes to
+    <out_dir>/<op>[/part<i>]/sweep.log; a line is printed as each finishes."""
     from harness.parallel import DEVICES, threads_per_worker, worker_devices
-    threads = {"OMP_NUM_THREADS": str(threads_per_worker(jobs))} if jobs > 1 else {}
+    processes = jobs * workers
+    threads = {"OMP_NUM_THREADS": str(threads_per_worker(processes))} if processes > 1 else {}
     devices = queue.Queue()
     for dev in worker_devices(max(1, jobs)):
         devices.put(dev)
@@ -134,8 +136,8 @@ def run_sweeps(ops, suite: list[dict], out_dir: Path, impls=(), jobs: int = 1, c
         start = time.perf_counter()
         try:
             with open(folder / "sweep.log", "w") as log:
-                code = subprocess.run(sweep_command(op, suite[i], folder, impls, cache_args), stdout=log,
-                                      stderr=subprocess.STDOUT, env=env).returncode
+                code = subprocess.run(sweep_command(op, suite[i], folder, impls, cache_args, workers),
+                                      stdout=log, stderr=subprocess.STDOUT, env=env).returncode
         finally:
             devices.put(dev)
         return op, folder / "results.csv", code, time.perf_counter() - start
@@ -231,8 +233,9 @@ def run_gate(args, plan_check, echo=print) -> int:
     klass = args.device_class or device_class()
     suite = config.suite(klass)
     settings = config.comparison(args.growth_factor, args.ratio_floor, args.noise_roundings)
-    if args.jobs is not None and args.jobs < 1:
-        raise GateSetupError("--jobs must be at least 1")
+    for flag, value in (("--jobs", args.jobs), ("--sweep-jobs", args.sweep_jobs)):
+        if value is not None and value < 1:
+            raise GateSetupError(f"{flag} must be at least 1")
     from harness.parallel import default_jobs
     jobs = args.jobs or default_jobs()
     if args.update_baseline and args.impl:
@@ -269,7 +272,8 @@ def run_gate(args, plan_check, echo=print) -> int:
     else:
         echo(f"sweeping {len(selection.ops)} op(s), {jobs} at a time, into {out}", flush=True)
         cache_args = ["--no-golden-cache"] if args.no_golden_cache else []
-        finished = run_sweeps(selection.ops, suite, out, args.impl, jobs, cache_args, echo)
+        finished = run_sweeps(selection.ops, suite, out, args.impl, jobs, cache_args, echo,
+                              args.sweep_jobs or 1)
         crashed = [(op, code) for op, _, code in finished if code not in (0, 1)]
         candidate = read_results([p for _, p, _ in finished if p.exists()])
     made_on = machine() if given is None else machine_of(candidate)

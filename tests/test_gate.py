@@ -97,6 +97,7 @@ def test_a_change_that_moves_no_number_gates_nothing(gate_dir, tmp_path):
     (["--results", "missing.csv"], "no results file missing.csv"),
     (["--op", "rwkv6", "--base", "HEAD"], "not allowed with argument"),
     (["--op", "rwkv6", "--jobs", "0"], "--jobs must be at least 1"),
+    (["--op", "rwkv6", "--sweep-jobs", "0"], "--sweep-jobs must be at least 1"),
     (["--op", "rwkv6", "--update-baseline", "--impl", "chunk=tests.implementations:baseline_like"],
      "a baseline is written from our kernels"),
 ])
@@ -220,3 +221,20 @@ def test_a_suite_of_several_grids_gates_the_cases_of_all_of_them(tmp_path):
     rows = pd.read_csv(tmp_path / "cpu" / "rwkv6.csv")
     assert set(rows["case_id"]) == {CASE, CASE.replace("bf16", "fp32") + "-packed"}
     assert (tmp_path / "first" / "rwkv6" / "part1" / "sweep.log").exists()
+
+
+def test_a_gates_sweeps_dealt_to_two_workers_give_the_rows_of_one(tmp_path):
+    """`--sweep-jobs 2`: each sweep deals its cases to two worker processes (sweep --jobs), and
+    the gate compares every row with a baseline one process wrote: all the same."""
+    (tmp_path / "gate.json").write_text(json.dumps({
+        "growth_factor": 2.0, "ratio_floor": 0.05, "noise_roundings": 4,
+        "suites": {"cpu": {**SUITE, "T": [9, 17]}}}))
+    args = ["gate", "--op", "rwkv6", "--baseline-dir", str(tmp_path), "--device-class", "cpu"]
+    assert main([*args, "--update-baseline", "--out", str(tmp_path / "first")]) == 0
+    summary = tmp_path / "summary.md"
+    code = main([*args, "--sweep-jobs", "2", "--out", str(tmp_path / "run"), "--summary", str(summary)])
+    text = summary.read_text()
+    assert code == 0, text
+    rows = len(pd.read_csv(tmp_path / "cpu" / "rwkv6.csv"))
+    assert f"{rows} same ({rows} rows)" in text.splitlines()[0], text
+    assert ", 2 workers" in (tmp_path / "run" / "rwkv6" / "sweep.log").read_text()

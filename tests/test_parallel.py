@@ -174,6 +174,20 @@ def test_each_gate_sweep_sees_one_gpu_in_turn(monkeypatch, tmp_path):
     assert sorted(seen) == ["3", "3", "5", "5"]
 
 
+def test_gate_sweeps_on_one_gpu_share_it_among_their_workers_and_the_cores(monkeypatch, tmp_path):
+    """`gate --jobs 2 --sweep-jobs 3` on one GPU: both sweeps see it and deal their cases to three
+    workers each (sweep --jobs 3), and the six processes split the CPU's threads."""
+    monkeypatch.setattr(parallel, "visible_gpus", lambda: ["0"])
+    calls = []
+
+    def run(command, env, **kwargs):
+        calls.append((command[command.index("--jobs") + 1], env[parallel.DEVICES], env["OMP_NUM_THREADS"]))
+        return subprocess.CompletedProcess(command, 0)
+    monkeypatch.setattr(gate.subprocess, "run", run)
+    gate.run_sweeps(["a", "b"], [{}], tmp_path, jobs=2, echo=lambda *a, **k: None, workers=3)
+    assert calls == [("3", "0", str(parallel.threads_per_worker(6)))] * 2
+
+
 def _deaf_to_sigterm(ready):
     import signal
     import time
