@@ -13,13 +13,18 @@ SUITE = {"preset": "smoke", "dtype": ["bf16"], "checks": ["none"]}
 CASE = "rwkv6-bf16-B1-T17-H1-K16-V16-h0_grad-normal-s0"
 
 
+def write_config(folder, suite):
+    """gate.json in folder: the default comparison settings and `suite` as the cpu suite."""
+    config = {"growth_factor": 2.0, "ratio_floor": 0.05, "noise_roundings": 4, "suites": {"cpu": suite}}
+    (folder / "gate.json").write_text(json.dumps(config))
+
+
 @pytest.fixture(scope="module")
 def gate_dir(tmp_path_factory):
     """A baseline folder whose cpu suite is one smoke case, with the rwkv6 baseline written by the
     gate itself from our kernels."""
     root = tmp_path_factory.mktemp("gate")
-    (root / "gate.json").write_text(json.dumps({"growth_factor": 2.0, "ratio_floor": 0.05, "noise_roundings": 4,
-                                                "suites": {"cpu": SUITE}}))
+    write_config(root, SUITE)
     code = main(["gate", "--op", "rwkv6", "--baseline-dir", str(root), "--device-class", "cpu",
                  "--update-baseline", "--out", str(root / "first")])
     assert code == 0
@@ -214,8 +219,7 @@ def test_a_summary_of_sweeps_that_did_not_finish_fails():
 def test_a_suite_of_several_grids_gates_the_cases_of_all_of_them(tmp_path):
     """Two grids, the second with an option only other ops have (each op takes the options it has)."""
     parts = [SUITE, {**SUITE, "dtype": ["fp32"], "option": ["none", "normalize"], "varlen": ["packed"]}]
-    (tmp_path / "gate.json").write_text(json.dumps({"growth_factor": 2.0, "ratio_floor": 0.05,
-                                                    "noise_roundings": 4, "suites": {"cpu": parts}}))
+    write_config(tmp_path, parts)
     assert main(["gate", "--op", "rwkv6", "--baseline-dir", str(tmp_path), "--device-class", "cpu",
                  "--update-baseline", "--out", str(tmp_path / "first")]) == 0
     rows = pd.read_csv(tmp_path / "cpu" / "rwkv6.csv")
@@ -226,9 +230,7 @@ def test_a_suite_of_several_grids_gates_the_cases_of_all_of_them(tmp_path):
 def test_a_gates_sweeps_dealt_to_two_workers_give_the_rows_of_one(tmp_path):
     """`--sweep-jobs 2`: each sweep deals its cases to two worker processes (sweep --jobs), and
     the gate compares every row with a baseline one process wrote: all the same."""
-    (tmp_path / "gate.json").write_text(json.dumps({
-        "growth_factor": 2.0, "ratio_floor": 0.05, "noise_roundings": 4,
-        "suites": {"cpu": {**SUITE, "T": [9, 17]}}}))
+    write_config(tmp_path, {**SUITE, "T": [9, 17]})
     args = ["gate", "--op", "rwkv6", "--baseline-dir", str(tmp_path), "--device-class", "cpu"]
     assert main([*args, "--update-baseline", "--out", str(tmp_path / "first")]) == 0
     summary = tmp_path / "summary.md"

@@ -678,10 +678,10 @@ def _settings(K, dtype, channel: bool) -> tuple:
     4 at every K: since the solve's gradient left the CUDA cores (`mma_tf32x3`), 4 warps took
     1.85 and 1.69 ms against 8 warps' 2.24 and 2.00 at the bench shape on the H200, though ptxas
     reports 2-3 KB of spills a thread (their tiles are [64, 64] from K = 64 on, one or more key
-    blocks). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels (programs of 16 rows) take one warp over
-    32-column key blocks, pipelined (3 stages): fastest of BK 16/32/64/128, 1/2/4/8 warps and 1
-    or 3 stages at the bench shape on the H200, every gradient the same bit for bit
-    (benchmarks/tuning.md). Their loops read loaded gates inside a data-dependent branch, the
+    blocks). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels
+    (programs of 16 rows) take one warp over 32-column key blocks, pipelined (3 stages): fastest
+    of BK 16/32/64/128, 1/2/4/8 warps and 1 or 3 stages at the bench shape on the H200, every
+    gradient the same bit for bit (benchmarks/tuning.md). Their loops read loaded gates inside a data-dependent branch, the
     pattern Triton's pipeliner once raced on (triton-lang/triton#8139): the sm_90 compile test's
     scan (tests/pipeline_races.py) finds no such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64

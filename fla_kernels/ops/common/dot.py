@@ -92,7 +92,7 @@ def mma_split(a, b, FP32_DOT: tl.constexpr):
     every input dtype, so fp16 inputs cannot overflow the split. FP32_DOT: one IEEE product.
     """
     if FP32_DOT:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return mma(a, b, FP32_DOT, tl.float32)
     elif EMULATE:
         a_hi, b_hi = _round_mantissa(a, 16), _round_mantissa(b, 16)
         a_lo, b_lo = _round_mantissa(a - a_hi, 16), _round_mantissa(b - b_hi, 16)
@@ -108,6 +108,14 @@ def mma_split(a, b, FP32_DOT: tl.constexpr):
 
 
 @triton.jit
+def _tf32_parts(x):
+    """x (fp32) as hi + lo, both rounded tf32 values (`round_tf32`): hi carries 11 bits of
+    mantissa, lo about the next 11."""
+    hi = round_tf32(x)
+    return hi, round_tf32(x.to(tl.float32) - hi)
+
+
+@triton.jit
 def mma_tf32_split(a, b, FP32_DOT: tl.constexpr):
     """a @ b to about 21 bits in two tf32 products, for b exact in tf32 (a 16-bit input) and a
     computed in fp32: a as two rounded tf32 parts, hi + lo.
@@ -117,10 +125,9 @@ def mma_tf32_split(a, b, FP32_DOT: tl.constexpr):
     the V-block was <= 32 wide (`simple_gla/chunk.py`), and tf32 ones were right. FP32_DOT: one
     IEEE product."""
     if FP32_DOT:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return mma(a, b, FP32_DOT, tl.float32)
     else:
-        hi = round_tf32(a)
-        lo = round_tf32(a.to(tl.float32) - hi)
+        hi, lo = _tf32_parts(a)
         return mma(hi, b, FP32_DOT, tl.float32) + mma(lo, b, FP32_DOT, tl.float32)
 
 
@@ -133,10 +140,9 @@ def mma_tf32_split_rhs(a, b, FP32_DOT: tl.constexpr):
     where those rows' keys share a sign (positive feature maps), its error adds up over the
     chunk's tokens instead of averaging out. FP32_DOT: one IEEE product."""
     if FP32_DOT:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return mma(a, b, FP32_DOT, tl.float32)
     else:
-        hi = round_tf32(b)
-        lo = round_tf32(b.to(tl.float32) - hi)
+        hi, lo = _tf32_parts(b)
         return mma(a, hi, FP32_DOT, tl.float32) + mma(a, lo, FP32_DOT, tl.float32)
 
 
@@ -151,10 +157,10 @@ def mma_tf32x3(a, b, FP32_DOT: tl.constexpr):
     took a third of kda's chunk-gradient kernel on an H200 (benchmarks/tuning.md). FP32_DOT: one
     IEEE product."""
     if FP32_DOT:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return mma(a, b, FP32_DOT, tl.float32)
     else:
-        a_hi, b_hi = round_tf32(a), round_tf32(b)
-        a_lo, b_lo = round_tf32(a.to(tl.float32) - a_hi), round_tf32(b.to(tl.float32) - b_hi)
+        a_hi, a_lo = _tf32_parts(a)
+        b_hi, b_lo = _tf32_parts(b)
         acc = mma(a_hi, b_lo, FP32_DOT, tl.float32) + mma(a_lo, b_hi, FP32_DOT, tl.float32)
         return acc + mma(a_hi, b_hi, FP32_DOT, tl.float32)
 
