@@ -192,7 +192,7 @@ def _add_gate_parser(sub):
     gate.add_argument("--jobs", type=int,
                       help="sweeps run at once, one process per op, each seeing one GPU in turn "
                            "(default: one per visible GPU, one on a CPU)")
-    gate.add_argument("--sweep-jobs", type=int,
+    gate.add_argument("--sweep-jobs", type=int, default=1,
                       help="worker processes each of those sweeps deals its cases to, all on the "
                            "GPU it sees (sweep --jobs): small cases leave a GPU mostly idle, and "
                            "several workers finish a large suite sooner (default 1)")

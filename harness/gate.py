@@ -272,8 +272,7 @@ def run_gate(args, plan_check, echo=print) -> int:
     else:
         echo(f"sweeping {len(selection.ops)} op(s), {jobs} at a time, into {out}", flush=True)
         cache_args = ["--no-golden-cache"] if args.no_golden_cache else []
-        finished = run_sweeps(selection.ops, suite, out, args.impl, jobs, cache_args, echo,
-                              args.sweep_jobs or 1)
+        finished = run_sweeps(selection.ops, suite, out, args.impl, jobs, cache_args, echo, args.sweep_jobs)
         crashed = [(op, code) for op, _, code in finished if code not in (0, 1)]
         candidate = read_results([p for _, p, _ in finished if p.exists()])
     made_on = machine() if given is None else machine_of(candidate)

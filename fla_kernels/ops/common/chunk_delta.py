@@ -681,9 +681,9 @@ def _settings(K, dtype, channel: bool) -> tuple:
     blocks). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels
     (programs of 16 rows) take one warp over 32-column key blocks, pipelined (3 stages): fastest
     of BK 16/32/64/128, 1/2/4/8 warps and 1 or 3 stages at the bench shape on the H200, every
-    gradient the same bit for bit (benchmarks/tuning.md). Their loops read loaded gates inside a data-dependent branch, the
-    pattern Triton's pipeliner once raced on (triton-lang/triton#8139): the sm_90 compile test's
-    scan (tests/pipeline_races.py) finds no such read in them.
+    gradient the same bit for bit (benchmarks/tuning.md). Their loops read loaded gates inside a
+    data-dependent branch, the pattern Triton's pipeliner once raced on (triton-lang/triton#8139):
+    the sm_90 compile test's scan (tests/pipeline_races.py) finds no such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
     <= K <= 128 (a per-channel backward walk not even then: out of shared memory at K = 128).
     kda's forward walk writes o and so reads q's and the pairs' tiles too: at K = 128, bf16 on
