@@ -679,9 +679,10 @@ def _settings(K, dtype, channel: bool) -> tuple:
     1.85 and 1.69 ms against 8 warps' 2.24 and 2.00 at the bench shape on the H200, though ptxas
     reports 2-3 KB of spills a thread (their tiles are [64, 64] from K = 64 on, one or more key
     blocks). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels
-    (programs of 16 rows) take one warp over 32-column key blocks, pipelined (3 stages): fastest
-    of BK 16/32/64/128, 1/2/4/8 warps and 1 or 3 stages at the bench shape on the H200, every
-    gradient the same bit for bit (benchmarks/tuning.md). Their loops read loaded gates inside a
+    (programs of 16 rows) take one warp over 32-column key blocks, pipelined: fastest of BK
+    16/32/64/128, 1/2/4/8 warps and 1 to 4 stages at the bench shape on the H200, every gradient
+    the same bit for bit (benchmarks/tuning.md); the forward's with 2 stages (0.49 ms against
+    0.56 at 3 and 0.62 at 1), the gradients' with 3 (1.41 against 1.44 at 2). Their loops read loaded gates inside a
     data-dependent branch, the pattern Triton's pipeliner once raced on (triton-lang/triton#8139):
     the sm_90 compile test's scan (tests/pipeline_races.py) finds no such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
@@ -696,7 +697,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
     bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if BK >= 64 and not channel else 4, num_stages=1)
-    pairs = dict(BK=min(BK, 32), num_warps=1, num_stages=3)
+    pairs = dict(BK=min(BK, 32), num_warps=1, num_stages=2)
+    pair_grads = dict(pairs, num_stages=3)
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
     elif BK >= 64:
@@ -706,7 +708,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     prepare = dict(per_chunk, BK=min(BK, 64 if channel else 32))
     return BK, dict(prepare=prepare, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
-                    bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs)
+                    bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs,
+                    pair_grads=pair_grads)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -863,7 +866,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk,
                dk, dv, dbeta, dg, dgk, T, **{**modes, **settings["bwd_wy"]})
         if channel:
-            grads = settings["pairs"]
+            grads = settings["pair_grads"]
             blocks = triton.cdiv(K, grads["BK"]) * (CHUNK // PAIR_BLOCK)
             launch(pair_grads_kernel, flat_grid(blocks, NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
                    K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **grads)
