@@ -683,9 +683,10 @@ def _settings(K, dtype, channel: bool) -> tuple:
     (programs of 16 rows) take one warp over 32-column key blocks, pipelined: fastest of BK
     16/32/64/128, 1/2/4/8 warps and 1 to 4 stages at the bench shape on the H200, every gradient
     the same bit for bit (benchmarks/tuning.md); the forward's with 2 stages (0.49 ms against
-    0.56 at 3 and 0.62 at 1), the gradients' with 3 (1.41 against 1.44 at 2). Their loops read loaded gates inside a
-    data-dependent branch, the pattern Triton's pipeliner once raced on (triton-lang/triton#8139):
-    the sm_90 compile test's scan (tests/pipeline_races.py) finds no such read in them.
+    0.56 at 3 and 0.62 at 1), the gradients' with 3 (1.41 against 1.44 at 2). Their loops read
+    loaded gates inside a data-dependent branch, the pattern Triton's pipeliner once raced on
+    (triton-lang/triton#8139): the sm_90 compile test's scan (tests/pipeline_races.py) finds no
+    such read in them.
     Pipelined loads take twice the shared memory, so the walks pipeline only 16-bit tiles of 64
     <= K <= 128 (a per-channel backward walk not even then: out of shared memory at K = 128).
     kda's forward walk writes o and so reads q's and the pairs' tiles too: at K = 128, bf16 on
