@@ -721,9 +721,10 @@ def _chunk_cumsum_kernel(x, y, T, H: tl.constexpr, K: tl.constexpr, BT: tl.const
     suffix sums), summed in float64 and stored in y's dtype; a program per chunk, (batch, head)
     and block of BK key columns. Each thread holds its column's running sum and walks the rows in
     order, CUMSUM_ROWS rows loaded before any of them is stored (a store may alias a later load,
-    so a row at a time waits on each load in turn). kda's forward gate at the bench shape on the
-    H200: 0.111 ms against 0.139 for a scan across the tile (`tl.cumsum`, through shared
-    memory); 8 / 32 / 64 rows ahead 0.114 / 0.120 / 0.153 (benchmarks/tuning.md)."""
+    so no load is moved above an earlier store: a row at a time, the PTX alternates each row's load
+    and store). kda's forward gate at the bench shape on the H200: 0.111 ms against 0.139 for a
+    scan across the tile (`tl.cumsum`, through shared memory); 8 / 32 / 64 rows ahead 0.114 /
+    0.120 / 0.153 (benchmarks/tuning.md)."""
     i_k, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     d = i_k * BK + tl.arange(0, BK)
     acc = tl.zeros([BK], dtype=tl.float64)
