@@ -76,8 +76,9 @@ from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel,
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs, mma_tf32x3
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
-from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_rows,
-                                          load_rows_t, load_state, store_rows, store_state)
+from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_row,
+                                          load_rows, load_rows_t, load_state, store_row, store_rows,
+                                          store_state)
 from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.precision import product_settings, store_dtype
 
@@ -726,19 +727,16 @@ def _chunk_cumsum_kernel(x, y, T, H: tl.constexpr, K: tl.constexpr, BT: tl.const
     scan across the tile (`tl.cumsum`, through shared memory); 8 / 32 / 64 rows ahead 0.114 /
     0.120 / 0.153 (benchmarks/tuning.md)."""
     i_k, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
-    d = i_k * BK + tl.arange(0, BK)
     acc = tl.zeros([BK], dtype=tl.float64)
     for r0 in tl.static_range(0, BT, CUMSUM_ROWS):
         rows = ()
         for r in tl.static_range(r0, r0 + CUMSUM_ROWS):
             t = i_c * BT + (BT - 1 - r if REVERSE else r)
-            rows = rows + (tl.load(x + row * K + t.to(tl.int64) * (H * K) + d,
-                                   mask=d < tl.where(t < T, K, 0), other=0),)
+            rows = rows + (load_row(x, row * K, t, T, H, K, BK, i_k),)
         for r in tl.static_range(r0, r0 + CUMSUM_ROWS):
             t = i_c * BT + (BT - 1 - r if REVERSE else r)
             acc += rows[r - r0].to(tl.float64)
-            tl.store(y + row * K + t.to(tl.int64) * (H * K) + d, acc.to(y.dtype.element_ty),
-                     mask=d < tl.where(t < T, K, 0))
+            store_row(y, acc, row * K, t, T, H, K, BK, i_k)
 
 
 def _chunk_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype, reverse: bool) -> torch.Tensor:

@@ -40,7 +40,8 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common.dot import mma, tf32_operand
-from fla_kernels.ops.common.tiles import diagonal, head_program, load_row, load_rows, load_rows_t, store_rows
+from fla_kernels.ops.common.tiles import (diagonal, head_program, load_row, load_rows, load_rows_t, row_block,
+                                          store_rows)
 
 SPLIT_SPAN = tl.constexpr(60.0)   # the largest decay within a block whose exponent is split at its first row
 
@@ -65,9 +66,8 @@ def cumgate_cols(gc, base, t, m_t, H: tl.constexpr, K: tl.constexpr, BK: tl.cons
 @triton.jit
 def cumgate_row(gc, base, t, T, H: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, i_k=0):
     """[BK] row t, columns i_k*BK.., of gc [B, T, H, K] (zero past T), in gc's dtype."""
-    d = i_k * BK + tl.arange(0, BK)
-    m = d < tl.where(t < T, K, 0)
-    return tl.load(gc + base + t.to(tl.int64) * (H * K) + d, mask=m, other=0)
+    offs, m = row_block(base, t, T, H, K, BK, i_k)
+    return tl.load(gc + offs, mask=m, other=0)
 
 
 @triton.jit

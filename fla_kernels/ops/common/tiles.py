@@ -67,12 +67,25 @@ def load_rows_t(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constex
 
 
 @triton.jit
-def load_row(x, base, t, T, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, i_d):
-    """[BD] float32 row of x [B, T, H, D] at time t (zero past T)."""
+def row_block(base, t, T, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, i_d):
+    """(offsets, mask) of row t, columns i_d*BD.., of a [B, T, H, D] tensor (masked past T)."""
     d = i_d * BD + tl.arange(0, BD)
     # a scalar bool and'ed with a vector one trips the triton 3.9 interpreter: fold t < T into the bound
-    m = d < tl.where(t < T, D, 0)
-    return tl.load(x + base + t.to(tl.int64) * (H * D) + d, mask=m, other=0).to(tl.float32)
+    return base + t.to(tl.int64) * (H * D) + d, d < tl.where(t < T, D, 0)
+
+
+@triton.jit
+def load_row(x, base, t, T, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, i_d):
+    """[BD] float32 row of x [B, T, H, D] at time t (zero past T)."""
+    offs, m = row_block(base, t, T, H, D, BD, i_d)
+    return tl.load(x + offs, mask=m, other=0).to(tl.float32)
+
+
+@triton.jit
+def store_row(x, val, base, t, T, H: tl.constexpr, D: tl.constexpr, BD: tl.constexpr, i_d):
+    """Store a [BD] row into x [B, T, H, D] at time t (nothing past T), in x's dtype."""
+    offs, m = row_block(base, t, T, H, D, BD, i_d)
+    tl.store(x + offs, val.to(x.dtype.element_ty), mask=m)
 
 
 @triton.jit
