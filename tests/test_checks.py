@@ -3,6 +3,7 @@
 Each is run on a correct implementation (every row passes) and on one with the planted bug it
 exists for (the right check fails, naming the right tensor, in a sentence that says what is wrong).
 """
+import pandas as pd
 import pytest
 import torch
 
@@ -12,6 +13,7 @@ from harness.allocations import nan_filled_allocations
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.segments import segment_bounds
 from harness.declaration import load_function
+from harness.gate import BASELINE_DIR
 from harness.registry import OPS
 from harness.runner import Implementation, run_case
 from tests.kernel_testing import DEVICE
@@ -142,7 +144,8 @@ def test_a_backward_that_needs_the_final_state_gradient_errors_only_without_it()
 @pytest.mark.parametrize("op", sorted(OPS))
 def test_our_kernels_pass_every_check(op):
     """Every variant of every op, through every check (segments, options, determinism...): no row
-    fails. bf16, an initial state with gradient, T not a multiple of any chunk."""
+    fails. bf16, an initial state with gradient, T not a multiple of any chunk. The op's CPU and
+    H100 baselines hold rows of each of those checks (one added without them goes ungated)."""
     spec = OPS[op]
     c = Case(op=op, dtype="bf16", B=1, T=20, H=2, K=16, V=16, h0="grad", gate="normal", seed=0,
              **{s: 16 for s in spec.symbols})
@@ -156,6 +159,10 @@ def test_our_kernels_pass_every_check(op):
     assert {r["check"] for r in rows} == expected
     assert all(r["verdict"] == "PASS" for r in rows), [(r["variant"], r["check"], r["tensor"], r["message"])
                                                       for r in rows if r["verdict"] != "PASS"]
+    for klass in ("cpu", "h100"):
+        held = set(pd.read_csv(BASELINE_DIR / klass / f"{op}.csv", usecols=["check"])["check"])
+        missing = expected - held - ({"determinism"} if klass == "cpu" else set())
+        assert not missing, f"baselines/{klass}/{op}.csv has no {sorted(missing)} rows: gate --update-baseline"
 
 
 def test_layer_check_passes_a_correct_kernel_and_names_what_a_broken_one_breaks():
