@@ -277,7 +277,8 @@ def render_compare_markdown(table: pd.DataFrame, meta: dict | None = None, max_r
     """A pull-request comment: the verdict (**FAIL** when a row has a bad status, or when the
     candidate is `incomplete`: a sweep of it did not finish) with counts per status, `meta` and
     the comparison settings as bullets, then one table per bad status of up to `max_rows` rows
-    (err/bound of both runs, growth, the candidate's message)."""
+    (err/bound of both runs, growth, the candidate's message), and the count of rows only the
+    candidate has, per op and check."""
     verdict = "FAIL" if incomplete else compare_verdict(table)
     out = [f"{_ICON[verdict]} **{verdict}** candidate vs baseline: {_counts_text(table)}", ""]
     info = {str(k): v for k, v in (meta or {}).items()
@@ -290,7 +291,20 @@ def render_compare_markdown(table: pd.DataFrame, meta: dict | None = None, max_r
         if len(rows):
             out += [f"**{status}** ({len(rows)}): {_EXPLAIN[status]}", "",
                     *_md_rows(rows, max_rows, message_chars), ""]
+    out += _new_rows_note(table)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _new_rows_note(table: pd.DataFrame) -> list[str]:
+    """The rows only the candidate has, counted per op and check: no growth is gated on them
+    until the baseline holds them (a check or case added since it was written)."""
+    new = table[table["status"] == "new"]
+    if new.empty:
+        return []
+    counts = new.groupby(["op", "check"], sort=True).size()
+    parts = ", ".join(f"{op} {check} {n}" for (op, check), n in counts.items())
+    return [f"**new** ({len(new)}): not in the baseline, so their growth is not gated ({md_escape(parts, 400)}); "
+            "`gate --update-baseline` on a passing run adds them", ""]
 
 
 def _plot_points(table: pd.DataFrame) -> pd.DataFrame:

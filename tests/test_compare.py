@@ -236,6 +236,18 @@ def test_markdown_lists_each_bad_status():
     assert "| — |" in md  # the disappeared row has no candidate side
 
 
+def test_markdown_counts_the_rows_the_baseline_lacks_per_op_and_check(base_rows):
+    """A check added after the baseline was written gives rows no growth is gated on: the comment
+    says how many, per op and check, and the verdict stays PASS; without such rows, no such line."""
+    cand = [*base_rows, row(check="inference", tensor="o"), row(check="inference", tensor="ht"),
+            row(op="kda", case="kda-1", check="golden", tensor="o")]
+    md = render_compare_markdown(compare_runs(frame(*cand), frame(*base_rows)))
+    assert "**PASS**" in md.splitlines()[0] and "3 new" in md.splitlines()[0]
+    assert "**new** (3): not in the baseline" in md
+    assert "(gla inference 2, kda golden 1)" in md
+    assert "**new**" not in render_compare_markdown(compare_runs(frame(*base_rows), frame(*base_rows)))
+
+
 def _no_external_refs(page: str):
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page)
 
