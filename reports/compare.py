@@ -42,7 +42,8 @@ from .schema import CHANCE_SIGMAS
 KEY = ("op", "case_id", "variant", "check", "tensor")
 GROUP = ("op", "case_id", "variant")  # one run of one implementation on one case
 BAD_STATUSES = ("new failure", "still failing", "disappeared", "grew")
-STATUSES = ("new failure", "disappeared", "grew", "still failing", "fixed", "new", "shrank", "same")
+STATUSES = ("new failure", "disappeared", "grew", "still failing", "fixed", "new", "grew apart", "shrank",
+            "same")
 COMPARE_COLUMNS = (*KEY, "dtype", "T", "status", "verdict_baseline", "verdict_candidate",
                    "ratio_baseline", "ratio_candidate", "growth", "err_baseline", "err_candidate",
                    "bound_baseline", "bound_candidate", "impl_baseline", "impl_candidate", "message")
@@ -59,11 +60,15 @@ _EXPLAIN = {
             "the ratio floor",
     "fixed": "FAIL or ERROR in the baseline, PASS in the candidate",
     "new": "only in the candidate",
+    "grew apart": "an agreement row that grew, but no further than the growth factor of its two "
+                  "variants' own golden err/bound in the baseline: one of them moved within its "
+                  "own gate (say, became more accurate)",
     "shrank": "err/bound shrank beyond the growth factor",
     "same": "no change worth a mention",
 }
 STATUS_COLORS = {"new failure": "#d62728", "still failing": "#8c1c13", "disappeared": "#9467bd",
-                 "grew": "#ff7f0e", "fixed": "#2ca02c", "new": "#1f77b4", "shrank": "#17becf",
+                 "grew": "#ff7f0e", "fixed": "#2ca02c", "new": "#1f77b4", "grew apart": "#bcbd22",
+                 "shrank": "#17becf",
                  "same": "#a0a0a0"}
 _OP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _ICON = {"PASS": "✅", "FAIL": "❌"}
@@ -138,6 +143,25 @@ def _noise(j: pd.DataFrame, side: str, roundings: float) -> pd.Series:
     return noise.where(np.isfinite(noise), 0.0)
 
 
+def _sides_golden_ratio(j: pd.DataFrame) -> pd.Series:
+    """For each agreement row ("A~B"), the larger err/bound of variants A's and B's golden rows of
+    the same case and tensor in the baseline; NaN for other rows and where either is missing. By
+    the triangle inequality the two variants differ by at most err_A + err_B, so an agreement
+    ratio is at most the larger of their golden ratios."""
+    golden = j[(j["check"] == "golden") & j["ratio_baseline"].notna()]
+    golden = golden.set_index(["op", "case_id", "variant", "tensor"])["ratio_baseline"]
+    golden = golden[~golden.index.duplicated()]
+    agree = j["check"] == "agreement"
+    sides = j.loc[agree, "variant"].str.split("~", n=1, expand=True).reindex(columns=[0, 1])
+    keys = j.loc[agree, ["op", "case_id", "tensor"]]
+
+    def side(i):
+        index = pd.MultiIndex.from_arrays([keys["op"], keys["case_id"], sides[i], keys["tensor"]])
+        return pd.Series(golden.reindex(index).to_numpy(), index=keys.index)
+
+    return pd.concat([side(0), side(1)], axis=1).max(axis=1, skipna=False).reindex(j.index)
+
+
 def _status(j: pd.DataFrame, vc: pd.Series, in_c: pd.Series, growth_factor: float,
             ratio_floor: float, noise_roundings: float) -> np.ndarray:
     """The status of each joined row, by the priority of `compare_runs`; `vc` and `in_c` are the
@@ -146,18 +170,21 @@ def _status(j: pd.DataFrame, vc: pd.Series, in_c: pd.Series, growth_factor: floa
     rb, rc = j["ratio_baseline"], j["ratio_candidate"]
     bad_b, bad_c = in_b & _failing(vb), in_c & _failing(vc)
     both_pass = (vb == "PASS") & (vc == "PASS")
-    grew = rc > growth_factor * rb + _noise(j, "candidate", noise_roundings)
+    noise = _noise(j, "candidate", noise_roundings)
+    grew = both_pass & (rc > growth_factor * rb + noise) & (rc >= ratio_floor)
+    apart = rc <= growth_factor * _sides_golden_ratio(j) + noise
     shrank = rb > growth_factor * rc + _noise(j, "baseline", noise_roundings)
     conditions = [
         bad_c & ~bad_b,
         bad_c & bad_b,
         in_b & (~in_c | ((vc == "SKIP") & (vb != "SKIP"))),
-        both_pass & grew & (rc >= ratio_floor),
+        grew & ~apart,
         bad_b & (vc == "PASS"),
         ~in_b & in_c,
+        grew & apart,
         shrank & (rb >= ratio_floor),
     ]
-    choices = ["new failure", "still failing", "disappeared", "grew", "fixed", "new", "shrank"]
+    choices = ["new failure", "still failing", "disappeared", "grew", "fixed", "new", "grew apart", "shrank"]
     return np.select(conditions, choices, default="same")
 
 
@@ -182,7 +209,10 @@ def compare_runs(candidate: pd.DataFrame, baseline: pd.DataFrame, growth_factor:
     Statuses, by priority: "new failure" (FAIL/ERROR now, not before), "still failing",
     "disappeared" (in the baseline; absent from the candidate, or skipped there), "grew" (both
     PASS, candidate ratio > growth_factor * baseline ratio + the noise, and >= ratio_floor, so
-    that noise on tiny ratios does not count), "fixed", "new" (only in the candidate), "shrank"
+    that noise on tiny ratios does not count), "fixed", "new" (only in the candidate), "grew
+    apart" (an agreement row that grew, to no more than growth_factor times the larger of its two
+    variants' golden ratios in the baseline, plus the noise: a variant that became more accurate
+    moves away from one that did not, and each variant's own golden row is gated apart), "shrank"
     (the same the other way), "same". The noise is what correct kernels' numbers move by between
     machines and between orders of rounding (`_noise`): `noise_roundings` roundings of the golden
     (the row's floor), its atol and a sum's chance spreads, over its bound. Rows with no ratio on

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from .html import _table
 from .markdown import md_escape
 from .plots import png_data_uri
-from .schema import KERNEL_COLUMNS, SHAPE
+from .schema import SHAPE
 
 PathLike = Union[str, "os.PathLike[str]"]
 

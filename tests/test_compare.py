@@ -236,6 +236,38 @@ def test_markdown_lists_each_bad_status():
     assert "| — |" in md  # the disappeared row has no candidate side
 
 
+def agreement_case(golden_a, golden_b, agreement, golden=True):
+    """Rows of one case: ht's golden rows of chunk and fused_chunk at err/bound golden_a and
+    golden_b (if `golden`), and their agreement row at `agreement`."""
+    rows = [row(variant="chunk~fused_chunk", check="agreement", tensor="ht", ratio=agreement)]
+    if golden:
+        rows += [row(variant="chunk", tensor="ht", ratio=golden_a),
+                 row(variant="fused_chunk", tensor="ht", ratio=golden_b)]
+    return frame(*rows)
+
+
+def test_agreement_that_grows_because_one_variant_improved_is_grew_apart_and_passes():
+    """gla on the H200: chunk's ht went from 0.49 to 0.05 of its bound, fused_chunk's stayed at
+    0.5, and their agreement from 1e-5 to 0.25 of its bound: no kernel got worse."""
+    table = compare_runs(agreement_case(0.05, 0.5, 0.25), agreement_case(0.49, 0.5, 1e-5))
+    r = table[table["check"] == "agreement"].iloc[0]
+    assert r["status"] == "grew apart" and "grew apart" not in BAD_STATUSES
+    assert dict(zip(table["variant"], table["status"]))["chunk"] == "shrank"
+    md = render_compare_markdown(table)
+    assert "**PASS**" in md.splitlines()[0] and "1 grew apart" in md.splitlines()[0]
+
+
+def test_agreement_growing_past_its_variants_golden_ratios_or_without_them_still_grew():
+    """Two variants that agreed closely and each were near the golden now differ by more than
+    the growth factor of their golden ratios allows: grew (their golden rows grew too). With no
+    golden rows to weigh it against (a sampled case's parameters), the agreement row alone grew."""
+    table = compare_runs(agreement_case(0.3, 0.3, 0.3), agreement_case(0.02, 0.01, 1e-4))
+    assert set(table["status"]) == {"grew"}
+    alone = compare_runs(agreement_case(0, 0, 0.25, golden=False), agreement_case(0, 0, 1e-5, golden=False))
+    assert alone.iloc[0]["status"] == "grew"
+    assert "**FAIL**" in render_compare_markdown(alone).splitlines()[0]
+
+
 def test_markdown_counts_the_rows_the_baseline_lacks_per_op_and_check(base_rows):
     """A check added after the baseline was written gives rows no growth is gated on: the comment
     says how many, per op and check, and the verdict stays PASS; without such rows, no such line."""
