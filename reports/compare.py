@@ -68,8 +68,7 @@ _EXPLAIN = {
 }
 STATUS_COLORS = {"new failure": "#d62728", "still failing": "#8c1c13", "disappeared": "#9467bd",
                  "grew": "#ff7f0e", "fixed": "#2ca02c", "new": "#1f77b4", "grew apart": "#bcbd22",
-                 "shrank": "#17becf",
-                 "same": "#a0a0a0"}
+                 "shrank": "#17becf", "same": "#a0a0a0"}
 _OP_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 _ICON = {"PASS": "✅", "FAIL": "❌"}
 
