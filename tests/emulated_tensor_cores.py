@@ -64,6 +64,13 @@ def _unrounded(x, FP32_DOT: tl.constexpr):
     return x.to(tl.float32)
 
 
+@triton.jit
+def _unit_scales(scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr):
+    """A planted `column_scales` that forgets the stored scales: the delta walks read the fp16
+    operands of a forward without autograd as they are stored."""
+    return tl.full([BD], 1.0, tl.float32)
+
+
 PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once, "unrounded": _unrounded}
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SPLIT_PRODUCTS = ("mma_split", "mma_tf32_split")   # what a planted product takes the place of
@@ -151,6 +158,43 @@ def walk_error(planted=""):
     return ((ht.double() - ht64).abs().max() / ht64.abs().max()).item()
 
 
+def inference(planted=""):
+    """{op: [o, final state the same bit for bit, fp16 operands used]} of the chunked delta rule's
+    forward without autograd against the forward autograd records (B = 1, T = 70, H = 1, K = 100,
+    V = 32, bf16, an initial state; kda and gated_delta_rule); planted "unit_scales": the walk
+    forgets the scales of its fp16 operands (`_unit_scales`)."""
+    from fla_kernels.ops.common import chunk_delta
+    from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla_kernels.ops.kda import chunk_kda
+    if planted == "unit_scales":
+        chunk_delta.column_scales = _unit_scales
+    flags = []
+    launch = chunk_delta.launch
+
+    def recording(kernel, grid, *args, **kwargs):
+        flags.append(kwargs.get("FP16_OPERANDS"))
+        return launch(kernel, grid, *args, **kwargs)
+
+    chunk_delta.launch = recording
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for op, fn, gate_shape in (("kda", chunk_kda, (1, 70, 1, 100)),
+                               ("gated_delta_rule", chunk_gated_delta_rule, (1, 70, 1))):
+        q, k = (torch.randn(1, 70, 1, 100, generator=gen) for _ in range(2))
+        k = torch.nn.functional.normalize(k, dim=-1)
+        v = torch.randn(1, 70, 1, 32, generator=gen)
+        g = torch.nn.functional.logsigmoid(torch.randn(gate_shape, generator=gen)) / 4
+        beta = torch.rand(1, 70, 1, generator=gen).sigmoid()
+        q, k, v, g, beta = (t.bfloat16().to(DEVICE) for t in (q, k, v, g, beta))
+        h0 = torch.randn(1, 1, 100, 32, generator=gen).to(DEVICE)
+        o, ht = fn(q, k, v, g, beta, initial_state=h0.clone().requires_grad_(), output_final_state=True)
+        flags.clear()
+        with torch.no_grad():
+            o_inference, ht_inference = fn(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+        out[op] = [torch.equal(o.detach(), o_inference), torch.equal(ht.detach(), ht_inference), any(flags)]
+    return out
+
+
 if __name__ == "__main__":
     job = sys.argv[1]
     if job == "products":
@@ -159,6 +203,8 @@ if __name__ == "__main__":
         print(json.dumps(split_products()))
     elif job == "case":
         print(json.dumps(case_rows(*sys.argv[2:])))
+    elif job == "inference":
+        print(json.dumps(inference(*sys.argv[2:])))
     elif job == "walk":
         print(json.dumps(walk_error(*sys.argv[2:])))
     else:

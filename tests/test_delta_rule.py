@@ -26,7 +26,8 @@ from fla_kernels.ops.common.tiles import load_rows, store_rows
 from references.delta import l2_normalise
 from references.gated_delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
 from references.kda import kda_chunked, kda_recurrent
-from tests.kernel_testing import DEVICE, REL_TOL, assert_close, assert_matches_reference, make_inputs, reference, run
+from tests.kernel_testing import (DEVICE, REL_TOL, assert_close, assert_matches_reference, emulated, make_inputs,
+                                  reference, run)
 
 FAMILY = ["delta_rule", "gated_delta_rule", "kda"]
 
@@ -348,6 +349,17 @@ def test_kda_forward_without_autograd_stores_nothing_for_a_backward(monkeypatch,
     assert {x for x in launched if x[0] == "_fwd_walk_kernel"} == {("_fwd_walk_kernel", False)}, launched
     assert "_fwd_output_kernel" not in {x[0] for x in launched}, launched
     assert torch.equal(o_inference, o.detach()) and torch.equal(ht_inference, ht.detach())
+
+
+def test_the_forward_without_autograd_reads_its_fp16_operands_as_the_float32_ones_of_training():
+    """Without autograd the delta walks' computed operands travel in fp16 with a power-of-two
+    scale per tile (ops/common/tf32_storage.py); with the tensor cores (emulated on a CPU) o and
+    the final state are the same bit for bit as those of the forward autograd records, whose
+    operands are float32 (kda, gated_delta_rule). Tested both ways: a walk that forgets the
+    scales gives another o."""
+    ours, planted = emulated("inference"), emulated("inference", "unit_scales")
+    assert ours == {"kda": [True, True, True], "gated_delta_rule": [True, True, True]}, ours
+    assert all(fp16 and not same_o for same_o, _, fp16 in planted.values()), planted
 
 
 @pytest.mark.parametrize("reverse", [False, True])

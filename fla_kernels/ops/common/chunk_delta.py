@@ -23,8 +23,12 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           k the walks read, so that they form no exponential of a tile) -> `_fwd_walk_kernel`
           (per V-block: U and the states entering each chunk for the backward, the final state)
           -> `_fwd_output_kernel` (o per chunk). With a gate per channel (kda) the walk writes o
-          itself from the state in hand, and no output kernel runs; where no backward follows
-          (no autograd) neither U nor the states are stored.
+          itself from the state in hand, no output kernel runs, and where no backward follows
+          (no autograd) neither U nor the states are stored. Where no backward follows, w (and
+          qg, kg) travel from the prepare kernel to the walk as the walk's tf32 products read
+          them, in half the bytes (fp16 with a power-of-two scale per chunk and key block,
+          tf32_storage.py): o and the final state are the same bit for bit short of fp16's
+          subnormals (kda at the bench shape on the H200: the forward 2.22 ms against 2.35).
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -76,6 +80,7 @@ from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel,
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs, mma_tf32x3
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
+from fla_kernels.ops.common.tf32_storage import column_scales, store_tf32_tile
 from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_row,
                                           load_rows, load_rows_t, load_state, store_row, store_rows,
                                           store_state)
@@ -325,18 +330,55 @@ def _walk_program(chunk_offsets, T, NT, H: tl.constexpr, V: tl.constexpr, BV: tl
     return i_v, i_bh, i_b, i_h, i_b * T * H + i_h, i_row, c_lo, c_hi
 
 
+@triton.jit
+def _tile_index(i_row, i_c, NT, D: tl.constexpr, BS: tl.constexpr):
+    """Where the scale of the first BS-column tile of chunk i_c of (batch, head) number i_row
+    (b * H + h) is (`store_tf32_tile`); its other tiles' follow."""
+    return (i_row.to(tl.int64) * NT + i_c) * ((D + BS - 1) // BS)
+
+
+@triton.jit
+def _scaled(x, scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr,
+            TRANSPOSED: tl.constexpr, FP16_OPERANDS: tl.constexpr):
+    """A walk's operand tile x [BT, BD] (or [BD, BT] with TRANSPOSED) as its tf32 product reads it:
+    with FP16_OPERANDS its fp16 values times the scales of its tiles of BS columns
+    (`column_scales`), else x itself."""
+    if FP16_OPERANDS:
+        s = column_scales(scales, s_idx, D, BD, BS)
+        if TRANSPOSED:
+            x = x * s[:, None]
+        else:
+            x = x * s[None, :]
+    return x
+
+
+@triton.jit
+def _store_operand(x, xs, s_idx, val, base, c0, T, H: tl.constexpr, D: tl.constexpr,
+                   BT: tl.constexpr, BD: tl.constexpr, i_d, FP16_OPERANDS: tl.constexpr):
+    """Store a walk's operand tile: float32, or with FP16_OPERANDS as the tf32 value the walk's
+    product reads, in fp16 with its scale at xs[s_idx] (`store_tf32_tile`)."""
+    if FP16_OPERANDS:
+        store_tf32_tile(x, xs, s_idx, val, base, c0, T, H, D, BT, BD, i_d)
+    else:
+        store_rows(x, val, base, c0, T, H, D, BT, BD, i_d)
+
+
 @triton.jit(do_not_specialize=["T"])
-def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, T, H: tl.constexpr, K: tl.constexpr,
-                    V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                    GATED: tl.constexpr, CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr,
+def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks, T, H: tl.constexpr,
+                    K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                    BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
+                    FP16_OPERANDS: tl.constexpr, FP32_DOT: tl.constexpr,
                     OPERAND_DTYPE: tl.constexpr):
     """Per chunk: Ti [B, T, H, BT] (in Ai, the solve's scratch), w [B, T, H, K] and
     u [B, T, H, V], float32, and with CHANNEL the gated queries and keys the walks and the
     output read, qg = diag(exp(G)) Q and kg = diag(exp(G_L - G)) K [B, T, H, K] float32; K is
-    taken BK columns at a time."""
+    taken BK columns at a time. With FP16_OPERANDS (a forward no backward follows) w, qg and kg
+    are stored as the walk's tf32 products read them, in fp16 with a scale per chunk and key
+    block in ws, qs and ks (`store_tf32_tile`)."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
+    s_idx = _tile_index(i_b * H + i_h, i_c, tl.cdiv(T, BT), K, BK)
     b_beta = _vec(beta, row, c0, T, H, BT)
     o = tl.arange(0, BT)
     eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
@@ -355,12 +397,12 @@ def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, T, H: tl.conste
         kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                          GATED, CHANNEL, i_k)
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
-        store_rows(w, mma(b_T, b_k * (kG * b_beta[:, None]), FP32_DOT, tl.float32), row * K, c0, T, H,
-                   K, BT, BK, i_k)
+        b_w = mma(b_T, b_k * (kG * b_beta[:, None]), FP32_DOT, tl.float32)
+        _store_operand(w, ws, s_idx + i_k, b_w, row * K, c0, T, H, K, BT, BK, i_k, FP16_OPERANDS)
         if CHANNEL:
-            store_rows(kg, b_k * kLG, row * K, c0, T, H, K, BT, BK, i_k)
-            store_rows(qg, load_rows(q, row * K, c0, T, H, K, BT, BK, i_k) * kG, row * K, c0, T, H, K,
-                       BT, BK, i_k)
+            _store_operand(kg, ks, s_idx + i_k, b_k * kLG, row * K, c0, T, H, K, BT, BK, i_k, FP16_OPERANDS)
+            _store_operand(qg, qs, s_idx + i_k, load_rows(q, row * K, c0, T, H, K, BT, BK, i_k) * kG,
+                           row * K, c0, T, H, K, BT, BK, i_k, FP16_OPERANDS)
     for i_v in range(tl.cdiv(V, BV)):
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
         store_rows(u, mma(b_T, b_v * b_beta[:, None], FP32_DOT, tl.float32), row * V, c0, T, H, V,
@@ -368,28 +410,36 @@ def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, T, H: tl.conste
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, h0, ht, states, vnew, o, chunk_offsets, scale, T,
-                     NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
-                     BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                     USE_H0: tl.constexpr, STORE_HT: tl.constexpr, VARLEN: tl.constexpr,
-                     STORE: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, h0, ht, states, vnew, o, chunk_offsets,
+                     scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+                     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
+                     CHANNEL: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr,
+                     VARLEN: tl.constexpr, STORE: tl.constexpr, FP16_OPERANDS: tl.constexpr,
+                     BKS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk: with STORE the states entering each chunk
     [B, H, NT, K, V] and U [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; with
     a gate per channel (CHANNEL) o [B, T, H, V] at once from the state in hand, from the output
-    operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT."""
+    operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT.
+    With FP16_OPERANDS w, qg and kg are fp16 with a scale per chunk and BKS columns in ws, qs and
+    ks (`_scaled`)."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         c0 = i_c * BT
+        s_idx = _tile_index(i_row, i_c, NT, K, BKS)
         if STORE:
             store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
         b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
-        b_w = load_rows(w, row * K, c0, T, H, K, BT, BK, 0)
+        if CHANNEL:
+            b_kgt = _scaled(b_kgt, ks, s_idx, K, BK, BKS, True, FP16_OPERANDS)
+        b_w = _scaled(load_rows(w, row * K, c0, T, H, K, BT, BK, 0), ws, s_idx, K, BK, BKS, False,
+                      FP16_OPERANDS)
         b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
         if CHANNEL:
             b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
                                          CHANNEL, FP32_DOT, OPERAND_DTYPE)
+            b_qg = _scaled(b_qg, qs, s_idx, K, BK, BKS, False, FP16_OPERANDS)
             store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
                        BV, i_v)
         if STORE:
@@ -789,10 +839,17 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
         launch(pairs_kernel, flat_grid(CHUNK // PAIR_BLOCK, NT, B * H), q, k, gc, Akk, Aqk, T, H=H,
                K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
     Ai = torch.empty(B, T, H, CHUNK, **f32)
-    w, u = torch.empty(B, T, H, K, **f32), torch.empty(B, T, H, V, **f32)
-    qg, kg = (torch.empty(B, T, H, K, **f32) for _ in range(2)) if channel else (None, None)
-    launch(_prepare_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, T,
-           **{**modes, **settings["prepare"]})
+    # without a backward the walk's computed operands travel as its tf32 products read them, in
+    # fp16 with a scale per chunk and key block (tf32_storage.py); a backward reads float32
+    fp16_operands = ctx is None and not modes["FP32_DOT"]
+    prepare = settings["prepare"]
+    operands = dict(f32, dtype=torch.float16) if fp16_operands else f32
+    tiles = B * H * NT * triton.cdiv(K, prepare["BK"]) if fp16_operands else 1
+    ws, qs, ks = torch.empty(3, tiles, **f32)
+    w, u = torch.empty(B, T, H, K, **operands), torch.empty(B, T, H, V, **f32)
+    qg, kg = (torch.empty(B, T, H, K, **operands) for _ in range(2)) if channel else (None, None)
+    launch(_prepare_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks,
+           T, FP16_OPERANDS=fp16_operands, **{**modes, **prepare})
 
     ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
     o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
@@ -801,9 +858,9 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     vnew = torch.empty(B, T, H, V, **f32) if store else None
     walk = settings["fwd_walk"]
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
-           h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
-           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store, **modes,
-           **walk)
+           ws, qs, ks, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
+           STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store,
+           FP16_OPERANDS=fp16_operands, BKS=prepare["BK"], **modes, **walk)
     if not channel:
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, states, vnew, o, scale, T,
                NT, **modes, **settings["output"])

@@ -1,0 +1,49 @@
+"""Computed tensor-core operands stored in half the bytes, as the tf32 products read them.
+
+A tf32 value has 11 significant bits, as many as fp16. A tile rounded to tf32 (`round_tf32`, as
+`mma` rounds a float32 operand) and divided by a power of two s that brings its largest magnitude
+into [2^14, 2^15) is therefore exact in fp16, down to 2^-28 of that largest magnitude (fp16's
+normal range); s, one float32 per tile, is stored beside it. The reader multiplies the fp16 tile
+by s (`column_scales`) and has the very operand its tf32 product takes, from 2 bytes an element
+instead of 4. Elements below 2^-28 of their tile's largest lose bits to fp16's subnormals: at most
+one subnormal step, 2^-38 of that largest, where the product rounds the largest itself by 2^-12.
+"""
+import triton
+import triton.language as tl
+
+from fla_kernels.ops.common.dot import round_tf32
+from fla_kernels.ops.common.tiles import store_rows
+
+
+@triton.jit
+def _power_of_two(e):
+    """2^e as float32, for integer e in [-126, 127]."""
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def store_tf32_tile(x, scales, s_idx, val, base, t0, T, H: tl.constexpr, D: tl.constexpr,
+                    BR: tl.constexpr, BD: tl.constexpr, i_d):
+    """Store the tile val [BR, BD] (float32) into x [B, T, H, D] (fp16) at rows t0.., columns
+    i_d*BD.., as round_tf32(val) / s, and s into scales[s_idx]. The exponent of s is clamped so
+    that s and 1 / s are normal float32: a tile of zeros (or of float32 subnormals) takes 2^-126,
+    and one holding an Inf keeps it."""
+    v = round_tf32(val)
+    amax = tl.max(tl.max(tl.abs(v), axis=1), axis=0)
+    e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.minimum(tl.maximum(e, -112), 127)
+    store_rows(x, v * _power_of_two(14 - e), base, t0, T, H, D, BR, BD, i_d)
+    tl.store(scales + s_idx, _power_of_two(e - 14))
+
+
+@triton.jit
+def column_scales(scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr):
+    """[BD] float32: the scale of each column of a row tile of all D columns (BD >= D) whose
+    blocks of BS columns `store_tf32_tile` stored with scales[s_idx], scales[s_idx + 1], ...
+    (zero past D)."""
+    d = tl.arange(0, BD)
+    s = tl.zeros([BD], dtype=tl.float32)
+    for j in tl.static_range((BD + BS - 1) // BS):
+        if j * BS < D:
+            s = tl.where(d // BS == j, tl.load(scales + s_idx + j), s)
+    return s
