@@ -23,8 +23,8 @@ def _overflowing_store(x, scales, s_idx, val, base, t0, T, H: tl.constexpr, D: t
     v = round_tf32(val)
     amax = tl.max(tl.max(tl.abs(v), axis=1), axis=0)
     e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    store_rows(x, v * ((127 + 16 - e) << 23).to(tl.float32, bitcast=True), base, t0, T, H, D, BR, BD, i_d)
-    tl.store(scales + s_idx, ((127 + e - 16) << 23).to(tl.float32, bitcast=True))
+    store_rows(x, v * tf32_storage._power_of_two(16 - e), base, t0, T, H, D, BR, BD, i_d)
+    tl.store(scales + s_idx, tf32_storage._power_of_two(e - 16))
 
 
 @triton.jit
@@ -34,9 +34,8 @@ def _unrounded_store(x, scales, s_idx, val, base, t0, T, H: tl.constexpr, D: tl.
     where `round_tf32`, as the products round, takes ties away from zero)."""
     amax = tl.max(tl.max(tl.abs(val), axis=1), axis=0)
     e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
-    store_rows(x, val * ((127 + 14 - e) << 23).to(tl.float32, bitcast=True), base, t0, T, H, D, BR, BD,
-               i_d)
-    tl.store(scales + s_idx, ((127 + e - 14) << 23).to(tl.float32, bitcast=True))
+    store_rows(x, val * tf32_storage._power_of_two(14 - e), base, t0, T, H, D, BR, BD, i_d)
+    tl.store(scales + s_idx, tf32_storage._power_of_two(e - 14))
 
 
 STORES = {"store_tf32_tile": tf32_storage.store_tf32_tile, "overflowing": _overflowing_store,
