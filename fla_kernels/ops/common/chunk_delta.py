@@ -781,12 +781,17 @@ def _chunk_cumsum_kernel(x, y, T, H: tl.constexpr, K: tl.constexpr, BT: tl.const
     for r0 in tl.static_range(0, BT, CUMSUM_ROWS):
         rows = ()
         for r in tl.static_range(r0, r0 + CUMSUM_ROWS):
-            t = i_c * BT + (BT - 1 - r if REVERSE else r)
-            rows = rows + (load_row(x, row * K, t, T, H, K, BK, i_k),)
+            rows = rows + (load_row(x, row * K, _walked_row(i_c, r, BT, REVERSE), T, H, K, BK, i_k),)
         for r in tl.static_range(r0, r0 + CUMSUM_ROWS):
-            t = i_c * BT + (BT - 1 - r if REVERSE else r)
             acc += rows[r - r0].to(tl.float64)
-            store_row(y, acc, row * K, t, T, H, K, BK, i_k)
+            store_row(y, acc, row * K, _walked_row(i_c, r, BT, REVERSE), T, H, K, BK, i_k)
+
+
+@triton.jit
+def _walked_row(i_c, r, BT: tl.constexpr, REVERSE: tl.constexpr):
+    """The time of the r-th row `_chunk_cumsum_kernel` walks in chunk i_c: its r-th row, or with
+    REVERSE its r-th from the end."""
+    return i_c * BT + (BT - 1 - r if REVERSE else r)
 
 
 def _chunk_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype, reverse: bool) -> torch.Tensor:
