@@ -119,7 +119,10 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
                       V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                       USE_H0: tl.constexpr, STORE_HT: tl.constexpr, FP32_DOT: tl.constexpr,
                       OPERAND_DTYPE: tl.constexpr):
-    """o[i_k] (the K-block's part of o, [NK, B, T, H, V]) and the final state, walking the chunks."""
+    """o[i_k] (the K-block's part of o, [NK, B, T, H, V]) and the final state, walking the chunks.
+    The decayed keys k * exp(s) enter the state's product as rounded tf32, as in chunk's walks
+    (`chunk_state._walk_step`): as bf16 operands they left ht at 0.50 of its bound against
+    chunk's 0.05 (emulated tensor cores, gla bf16, T = 65 and 300; the H200 gate alike)."""
     i_k, i_v, i_bh, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(V, BV))
     base_k, base_v = row * K, row * V
     base_o = _part_base(i_k, base_v, flat_heads(tl.cdiv(K, BK), tl.cdiv(V, BV)), T, V)
@@ -135,7 +138,7 @@ def _fused_fwd_kernel(q, k, v, P, Q, h0, o, ht, scale, T, NT, H: tl.constexpr, K
         store_rows(o, b_o * scale, base_o, c0, T, H, V, BT, BV, i_v)
         b_kd = _keys_into_state(b_k, b_s, c0, T, BT)
         b_h = add_rounded(b_h * exp_nonpos(b_tot)[:, None],
-                          mma(tl.trans(b_kd), b_v, FP32_DOT, OPERAND_DTYPE))
+                          mma(tl.trans(b_kd), b_v, FP32_DOT, tl.float32))
     if STORE_HT:
         b_kl = load_row(k, base_k, T - 1, T, H, K, BK, i_k)
         b_vl = load_row(v, base_v, T - 1, T, H, V, BV, i_v)
