@@ -849,8 +849,8 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     fp16_operands = ctx is None and not modes["FP32_DOT"]
     prepare = settings["prepare"]
     operands = dict(f32, dtype=torch.float16) if fp16_operands else f32
-    tiles = B * H * NT * triton.cdiv(K, prepare["BK"]) if fp16_operands else 1
-    ws, qs, ks = torch.empty(3, tiles, **f32)
+    tiles = B * H * NT * triton.cdiv(K, prepare["BK"])
+    ws, qs, ks = torch.empty(3, tiles, **f32) if fp16_operands else (None, None, None)
     w, u = torch.empty(B, T, H, K, **operands), torch.empty(B, T, H, V, **f32)
     qg, kg = (torch.empty(B, T, H, K, **operands) for _ in range(2)) if channel else (None, None)
     launch(_prepare_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks,
