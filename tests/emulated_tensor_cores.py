@@ -140,20 +140,21 @@ def case_rows(op, variant, dtype, B, T, H, K, V, gate, varlen, option, checks, p
             for r in rows}
 
 
-def walk_error(planted=""):
-    """max |ht - ht64| / max |ht64| of gla's chunked final state (B = 1, T = 64, H = 1, K = V = 32,
-    bf16 inputs, gates logsigmoid(x) / 4) against the float64 loop on the same inputs; planted
-    "walk_bf16": the state walk's tf32 products take bf16 operands instead."""
+def walk_error(planted="", variant="chunk"):
+    """max |ht - ht64| / max |ht64| of gla's final state from `variant` (chunk or fused_chunk;
+    B = 1, T = 64, H = 1, K = V = 32, bf16 inputs, gates logsigmoid(x) / 4) against the float64
+    loop on the same inputs; planted "walk_bf16": the state walk's tf32 products take bf16
+    operands instead."""
     from fla_kernels.ops.common import chunk_state
-    from fla_kernels.ops.gla import chunk_gla
+    from fla_kernels.ops.gla import chunk_gla, fused_chunk, fused_chunk_gla
     from references.gla import gla_recurrent
     if planted == "walk_bf16":
-        chunk_state.mma = _bf16_for_tf32
+        chunk_state.mma = fused_chunk.mma = _bf16_for_tf32
     gen = torch.Generator().manual_seed(0)
     q, k, v, x = (torch.randn(1, 64, 1, 32, generator=gen) for _ in range(4))
     q, k, v = (t.bfloat16().to(DEVICE) for t in (q, k, v))
     g = (torch.nn.functional.logsigmoid(x) / 4).bfloat16().to(DEVICE)
-    ht = chunk_gla(q, k, v, g, output_final_state=True)[1]
+    ht = {"chunk": chunk_gla, "fused_chunk": fused_chunk_gla}[variant](q, k, v, g, output_final_state=True)[1]
     ht64 = gla_recurrent(q.double(), k.double(), v.double(), g.double(), output_final_state=True)[1]
     return ((ht.double() - ht64).abs().max() / ht64.abs().max()).item()
 
