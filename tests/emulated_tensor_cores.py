@@ -71,6 +71,13 @@ def _unit_scales(scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.conste
     return tl.full([BD], 1.0, tl.float32)
 
 
+@triton.jit
+def _unit_tile_scale(scales, s_idx):
+    """A planted `tile_scale` that forgets the stored scale: the output kernel of a forward without
+    autograd reads the fp16 states and U as they are stored."""
+    return 1.0
+
+
 PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once, "unrounded": _unrounded}
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SPLIT_PRODUCTS = ("mma_split", "mma_tf32_split")   # what a planted product takes the place of
@@ -163,12 +170,15 @@ def inference(planted=""):
     """{op: [o, final state the same bit for bit, fp16 operands used]} of the chunked delta rule's
     forward without autograd against the forward autograd records (B = 1, T = 70, H = 1, K = 100,
     V = 32, bf16, an initial state; kda and gated_delta_rule); planted "unit_scales": the walk
-    forgets the scales of its fp16 operands (`_unit_scales`)."""
+    forgets the scales of its fp16 operands (`_unit_scales`); "unit_state_scales": the output
+    kernel forgets those of the fp16 states and U (`_unit_tile_scale`)."""
     from fla_kernels.ops.common import chunk_delta
     from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla_kernels.ops.kda import chunk_kda
     if planted == "unit_scales":
         chunk_delta.column_scales = _unit_scales
+    elif planted == "unit_state_scales":
+        chunk_delta.tile_scale = _unit_tile_scale
     flags = []
     launch = chunk_delta.launch
 

@@ -355,11 +355,14 @@ def test_the_forward_without_autograd_reads_its_fp16_operands_as_the_float32_one
     """Without autograd the delta walks' computed operands travel in fp16 with a power-of-two
     scale per tile (ops/common/tf32_storage.py); with the tensor cores (emulated on a CPU) o and
     the final state are the same bit for bit as those of the forward autograd records, whose
-    operands are float32 (kda, gated_delta_rule). Tested both ways: a walk that forgets the
-    scales gives another o."""
+    operands are float32 (kda, gated_delta_rule; the scalar gate's states and U reach its output
+    kernel in fp16 too). Tested both ways: a walk that forgets the scales gives another o, and
+    so does an output kernel that forgets the states' and U's (kda's walk writes o itself)."""
     ours, planted = emulated("inference"), emulated("inference", "unit_scales")
     assert ours == {"kda": [True, True, True], "gated_delta_rule": [True, True, True]}, ours
     assert all(fp16 and not same_o for same_o, _, fp16 in planted.values()), planted
+    states = emulated("inference", "unit_state_scales")
+    assert states == {"kda": [True, True, True], "gated_delta_rule": [False, True, True]}, states
 
 
 @pytest.mark.parametrize("reverse", [False, True])

@@ -27,8 +27,10 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           (no autograd) neither U nor the states are stored. Where no backward follows, w (and
           qg, kg) travel from the prepare kernel to the walk as the walk's tf32 products read
           them, in half the bytes (fp16 with a power-of-two scale per chunk and key block,
-          tf32_storage.py): o and the final state are the same bit for bit short of fp16's
-          subnormals (kda at the bench shape on the H200: the forward 2.22 ms against 2.35).
+          tf32_storage.py), and so do the states and U from the walk to the output kernel
+          (per chunk and V-block): o and the final state are the same bit for bit short of
+          fp16's subnormals (at the bench shape on the H200, the forward of kda 2.22 ms
+          against 2.35, of delta_rule 1.55 against 1.65).
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -80,7 +82,7 @@ from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel,
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs, mma_tf32x3
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
-from fla_kernels.ops.common.tf32_storage import column_scales, store_tf32_tile
+from fla_kernels.ops.common.tf32_storage import column_scales, store_tf32_tile, tf32_scaled, tile_scale
 from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_row,
                                           load_rows, load_rows_t, load_state, store_row, store_rows,
                                           store_state)
@@ -363,6 +365,17 @@ def _store_operand(x, xs, s_idx, val, base, c0, T, H: tl.constexpr, D: tl.conste
         store_rows(x, val, base, c0, T, H, D, BT, BD, i_d)
 
 
+@triton.jit
+def _store_state_operand(states, hs, s_idx, val, index, K: tl.constexpr, V: tl.constexpr,
+                         BK: tl.constexpr, BV: tl.constexpr, i_v, FP16_OPERANDS: tl.constexpr):
+    """Store the state block entering a chunk: float32, or with FP16_OPERANDS as the tf32 value the
+    output's product reads, in fp16 with its scale at hs[s_idx] (`tf32_scaled`)."""
+    if FP16_OPERANDS:
+        val, s = tf32_scaled(val)
+        tl.store(hs + s_idx, s)
+    store_state(states, index, val, K, V, BK, BV, 0, i_v, False)
+
+
 @triton.jit(do_not_specialize=["T"])
 def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks, T, H: tl.constexpr,
                     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
@@ -410,8 +423,8 @@ def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks, T, 
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, h0, ht, states, vnew, o, chunk_offsets,
-                     scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht, states, vnew, o,
+                     chunk_offsets, scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
                      CHANNEL: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr,
                      VARLEN: tl.constexpr, STORE: tl.constexpr, FP16_OPERANDS: tl.constexpr,
@@ -421,14 +434,16 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, h0, ht, states,
     a gate per channel (CHANNEL) o [B, T, H, V] at once from the state in hand, from the output
     operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT.
     With FP16_OPERANDS w, qg and kg are fp16 with a scale per chunk and BKS columns in ws, qs and
-    ks (`_scaled`)."""
+    ks (`_scaled`), and the states and U it stores are fp16 tf32 tiles with a scale per chunk and
+    V-block in hs and us (`tf32_scaled`)."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
         c0 = i_c * BT
         s_idx = _tile_index(i_row, i_c, NT, K, BKS)
+        v_idx = _tile_index(i_row, i_c, NT, V, BV) + i_v
         if STORE:
-            store_state(states, i_row * NT + i_c, b_h, K, V, BK, BV, 0, i_v, False)
+            _store_state_operand(states, hs, v_idx, b_h, i_row * NT + i_c, K, V, BK, BV, i_v, FP16_OPERANDS)
         b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
         if CHANNEL:
             b_kgt = _scaled(b_kgt, ks, s_idx, K, BK, BKS, True, FP16_OPERANDS)
@@ -443,7 +458,7 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, h0, ht, states,
             store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
                        BV, i_v)
         if STORE:
-            store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
+            _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_OPERANDS)
         b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
@@ -475,11 +490,14 @@ def _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _fwd_output_kernel(q, k, qg, g, gc, Aqk, states, vnew, o, scale, T, NT, H: tl.constexpr,
+def _fwd_output_kernel(q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale, T, NT, H: tl.constexpr,
                        K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
-    """Per chunk, from the state entering it and its U: o [B, T, H, V], every V-block."""
+                       FP16_STATES: tl.constexpr, BVS: tl.constexpr, FP32_DOT: tl.constexpr,
+                       OPERAND_DTYPE: tl.constexpr):
+    """Per chunk, from the state entering it and its U: o [B, T, H, V], every V-block. With
+    FP16_STATES the states and U are fp16 tf32 tiles, a scale per chunk and BVS columns in hs and
+    us (`tf32_scaled`)."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
@@ -488,6 +506,10 @@ def _fwd_output_kernel(q, k, qg, g, gc, Aqk, states, vnew, o, scale, T, NT, H: t
     for i_v in range(tl.cdiv(V, BV)):
         b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+        if FP16_STATES:
+            v_idx = _tile_index(i_b * H + i_h, i_c, NT, V, BVS) + i_v * BV // BVS
+            b_h = b_h * tile_scale(hs, v_idx)
+            b_U = b_U * tile_scale(us, v_idx)
         store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT, BV,
                    i_v)
 
@@ -858,17 +880,24 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
 
     ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
     o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
-    store = ctx is not None or not channel   # the output kernel reads them
-    states = torch.empty(B, H, NT, K, V, **f32) if store else None
-    vnew = torch.empty(B, T, H, V, **f32) if store else None
     walk = settings["fwd_walk"]
+    store = ctx is not None or not channel   # the output kernel or the backward reads them
+    # without a gate per channel and without a backward, the states and U travel to the output
+    # kernel as its tf32 products read them, fp16 with a scale per chunk and V-block
+    fp16_states = fp16_operands and not channel
+    stored = dict(f32, dtype=torch.float16) if fp16_states else f32
+    states = torch.empty(B, H, NT, K, V, **stored) if store else None
+    vnew = torch.empty(B, T, H, V, **stored) if store else None
+    scales = B * H * NT * triton.cdiv(V, walk["BV"])
+    hs, us = torch.empty(2, scales, **f32) if fp16_states else (None, None)
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
-           ws, qs, ks, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
+           ws, qs, ks, hs, us, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
            STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store,
            FP16_OPERANDS=fp16_operands, BKS=prepare["BK"], **modes, **walk)
     if not channel:
-        launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, states, vnew, o, scale, T,
-               NT, **modes, **settings["output"])
+        output = dict(settings["output"], BV=min(settings["output"]["BV"], walk["BV"]))
+        launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale,
+               T, NT, FP16_STATES=fp16_states, BVS=walk["BV"], **modes, **output)
     if ctx is not None:
         save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, states,
                      vnew, chunk_offsets=chunk_offsets, initial_state=initial_state)

@@ -4,7 +4,8 @@ A tf32 value has 11 significant bits, as many as fp16. A tile rounded to tf32 (`
 `mma` rounds a float32 operand) and divided by a power of two s that brings its largest magnitude
 into [2^14, 2^15) is therefore exact in fp16, down to 2^-28 of that largest magnitude (fp16's
 normal range); s, one float32 per tile, is stored beside it. The reader multiplies the fp16 tile
-by s (`column_scales`) and has the very operand its tf32 product takes, from 2 bytes an element
+by s (`tile_scale`; `column_scales` for a row of tiles) and has the very operand its tf32 product
+takes, from 2 bytes an element
 instead of 4. Elements below 2^-28 of their tile's largest lose bits to fp16's subnormals: at most
 one subnormal step, 2^-38 of that largest, where the product rounds the largest itself by 2^-12.
 """
@@ -22,18 +23,32 @@ def _power_of_two(e):
 
 
 @triton.jit
-def store_tf32_tile(x, scales, s_idx, val, base, t0, T, H: tl.constexpr, D: tl.constexpr,
-                    BR: tl.constexpr, BD: tl.constexpr, i_d):
-    """Store the tile val [BR, BD] (float32) into x [B, T, H, D] (fp16) at rows t0.., columns
-    i_d*BD.., as round_tf32(val) / s, and s into scales[s_idx]. The exponent of s is clamped so
-    that s and 1 / s are normal float32: a tile of zeros (or of float32 subnormals) takes 2^-126,
-    and one holding an Inf keeps it."""
+def tf32_scaled(val):
+    """(round_tf32(val) / s, s) for a float32 tile val: s = 2^(e - 14), e the exponent of its
+    largest magnitude, clamped so that s and 1 / s are normal float32 (a tile of zeros, or of
+    float32 subnormals, takes 2^-126, and one holding an Inf keeps it)."""
     v = round_tf32(val)
     amax = tl.max(tl.max(tl.abs(v), axis=1), axis=0)
     e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.minimum(tl.maximum(e, -112), 127)
-    store_rows(x, v * _power_of_two(14 - e), base, t0, T, H, D, BR, BD, i_d)
-    tl.store(scales + s_idx, _power_of_two(e - 14))
+    return v * _power_of_two(14 - e), _power_of_two(e - 14)
+
+
+@triton.jit
+def store_tf32_tile(x, scales, s_idx, val, base, t0, T, H: tl.constexpr, D: tl.constexpr,
+                    BR: tl.constexpr, BD: tl.constexpr, i_d):
+    """Store the tile val [BR, BD] (float32) into x [B, T, H, D] (fp16) at rows t0.., columns
+    i_d*BD.., as `tf32_scaled`, and its scale into scales[s_idx]."""
+    v, s = tf32_scaled(val)
+    store_rows(x, v, base, t0, T, H, D, BR, BD, i_d)
+    tl.store(scales + s_idx, s)
+
+
+@triton.jit
+def tile_scale(scales, s_idx):
+    """The scale of the fp16 tile whose scale `tf32_scaled` gave and scales[s_idx] holds: the
+    tile times it is the tf32 operand."""
+    return tl.load(scales + s_idx)
 
 
 @triton.jit
