@@ -5,9 +5,9 @@ A tf32 value has 11 significant bits, as many as fp16. A tile rounded to tf32 (`
 into [2^14, 2^15) is therefore exact in fp16, down to 2^-28 of that largest magnitude (fp16's
 normal range); s, one float32 per tile, is stored beside it. The reader multiplies the fp16 tile
 by s (`tile_scale`; `column_scales` for a row of tiles) and has the very operand its tf32 product
-takes, from 2 bytes an element
-instead of 4. Elements below 2^-28 of their tile's largest lose bits to fp16's subnormals: at most
-one subnormal step, 2^-38 of that largest, where the product rounds the largest itself by 2^-12.
+takes, from 2 bytes an element instead of 4. Elements below 2^-28 of their tile's largest lose
+bits to fp16's subnormals: at most one subnormal step, 2^-38 of that largest, where the product
+rounds the largest itself by 2^-12.
 """
 import triton
 import triton.language as tl
