@@ -67,7 +67,7 @@ def _unrounded(x, FP32_DOT: tl.constexpr):
 @triton.jit
 def _unit_scales(scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr):
     """A planted `column_scales` that forgets the stored scales: the delta walks read the fp16
-    operands of a forward without autograd as they are stored."""
+    operands as they are stored."""
     return tl.full([BD], 1.0, tl.float32)
 
 
@@ -166,12 +166,13 @@ def walk_error(planted="", variant="chunk"):
     return ((ht.double() - ht64).abs().max() / ht64.abs().max()).item()
 
 
-def inference(planted=""):
-    """{op: [o, final state the same bit for bit, fp16 operands used]} of the chunked delta rule's
-    forward without autograd against the forward autograd records (B = 1, T = 70, H = 1, K = 100,
-    V = 32, bf16, an initial state; kda and gated_delta_rule); planted "unit_scales": the walk
-    forgets the scales of its fp16 operands (`_unit_scales`); "unit_state_scales": the output
-    kernel forgets those of the fp16 states and U (`_unit_tile_scale`)."""
+def tf32_tiles(planted=""):
+    """{op: [o, final state, every gradient the same bit for bit as with float32 operands
+    (`TF32_TILES` off), o and final state without autograd those of training, fp16 tiles used]}
+    of the chunked delta rule (B = 1, T = 70, H = 1, K = 100, V = 32, bf16, an initial state with
+    its gradient; kda and gated_delta_rule); planted "unit_scales": the walks forget the scales of
+    their fp16 operands (`_unit_scales`); "unit_state_scales": the output kernel forgets those of
+    the fp16 states and U of a forward without autograd (`_unit_tile_scale`)."""
     from fla_kernels.ops.common import chunk_delta
     from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla_kernels.ops.kda import chunk_kda
@@ -183,10 +184,20 @@ def inference(planted=""):
     launch = chunk_delta.launch
 
     def recording(kernel, grid, *args, **kwargs):
-        flags.append(kwargs.get("FP16_OPERANDS"))
+        flags.append(bool(kwargs.get("FP16_OPERANDS") or kwargs.get("FP16_STATES")))
         return launch(kernel, grid, *args, **kwargs)
 
     chunk_delta.launch = recording
+
+    def results(fn, inputs, h0, tiles):
+        chunk_delta.TF32_TILES = tiles
+        leaves = [x.clone().requires_grad_() for x in (*inputs, h0)]
+        o, ht = fn(*leaves[:-1], initial_state=leaves[-1], output_final_state=True)
+        (o.float().pow(2).sum() + ht.pow(2).sum()).backward()
+        with torch.no_grad():
+            inference = fn(*inputs, initial_state=h0, output_final_state=True)
+        return [o.detach(), ht.detach()], [x.grad for x in leaves], list(inference)
+
     gen = torch.Generator().manual_seed(0)
     out = {}
     for op, fn, gate_shape in (("kda", chunk_kda, (1, 70, 1, 100)),
@@ -196,13 +207,15 @@ def inference(planted=""):
         v = torch.randn(1, 70, 1, 32, generator=gen)
         g = torch.nn.functional.logsigmoid(torch.randn(gate_shape, generator=gen)) / 4
         beta = torch.rand(1, 70, 1, generator=gen).sigmoid()
-        q, k, v, g, beta = (t.bfloat16().to(DEVICE) for t in (q, k, v, g, beta))
+        inputs = [t.bfloat16().to(DEVICE) for t in (q, k, v, g, beta)]
         h0 = torch.randn(1, 1, 100, 32, generator=gen).to(DEVICE)
-        o, ht = fn(q, k, v, g, beta, initial_state=h0.clone().requires_grad_(), output_final_state=True)
         flags.clear()
-        with torch.no_grad():
-            o_inference, ht_inference = fn(q, k, v, g, beta, initial_state=h0, output_final_state=True)
-        out[op] = [torch.equal(o.detach(), o_inference), torch.equal(ht.detach(), ht_inference), any(flags)]
+        outputs, grads, inference = results(fn, inputs, h0, True)
+        used = any(flags)
+        outputs32, grads32, _ = results(fn, inputs, h0, False)
+        out[op] = [torch.equal(outputs[0], outputs32[0]), torch.equal(outputs[1], outputs32[1]),
+                   all(torch.equal(a, b) for a, b in zip(grads, grads32)),
+                   all(torch.equal(a, b) for a, b in zip(inference, outputs)), used]
     return out
 
 
@@ -214,8 +227,8 @@ if __name__ == "__main__":
         print(json.dumps(split_products()))
     elif job == "case":
         print(json.dumps(case_rows(*sys.argv[2:])))
-    elif job == "inference":
-        print(json.dumps(inference(*sys.argv[2:])))
+    elif job == "tf32_tiles":
+        print(json.dumps(tf32_tiles(*sys.argv[2:])))
     elif job == "walk":
         print(json.dumps(walk_error(*sys.argv[2:])))
     else:

@@ -351,18 +351,19 @@ def test_kda_forward_without_autograd_stores_nothing_for_a_backward(monkeypatch,
     assert torch.equal(o_inference, o.detach()) and torch.equal(ht_inference, ht.detach())
 
 
-def test_the_forward_without_autograd_reads_its_fp16_operands_as_the_float32_ones_of_training():
-    """Without autograd the delta walks' computed operands travel in fp16 with a power-of-two
-    scale per tile (ops/common/tf32_storage.py); with the tensor cores (emulated on a CPU) o and
-    the final state are the same bit for bit as those of the forward autograd records, whose
-    operands are float32 (kda, gated_delta_rule; the scalar gate's states and U reach its output
-    kernel in fp16 too). Tested both ways: a walk that forgets the scales gives another o, and
+def test_fp16_tf32_tiles_give_what_float32_operands_give():
+    """The delta walks' computed operands travel in fp16 with a power-of-two scale per tile, and
+    without autograd the scalar gate's states and U too (ops/common/tf32_storage.py); with the
+    tensor cores (emulated on a CPU) o, the final state and every gradient are the same bit for
+    bit as with float32 operands, and o and the final state without autograd are training's
+    (kda, gated_delta_rule). Tested both ways: walks that forget the scales give another o, and
     so does an output kernel that forgets the states' and U's (kda's walk writes o itself)."""
-    ours, planted = emulated("inference"), emulated("inference", "unit_scales")
-    assert ours == {"kda": [True, True, True], "gated_delta_rule": [True, True, True]}, ours
-    assert all(fp16 and not same_o for same_o, _, fp16 in planted.values()), planted
-    states = emulated("inference", "unit_state_scales")
-    assert states == {"kda": [True, True, True], "gated_delta_rule": [False, True, True]}, states
+    ours = emulated("tf32_tiles")
+    assert ours == {"kda": [True] * 5, "gated_delta_rule": [True] * 5}, ours
+    planted = emulated("tf32_tiles", "unit_scales")
+    assert all(used and not same_o for same_o, _, _, _, used in planted.values()), planted
+    states = emulated("tf32_tiles", "unit_state_scales")
+    assert states == {"kda": [True] * 5, "gated_delta_rule": [True, True, True, False, True]}, states
 
 
 @pytest.mark.parametrize("reverse", [False, True])

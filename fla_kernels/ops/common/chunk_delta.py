@@ -24,13 +24,13 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           (per V-block: U and the states entering each chunk for the backward, the final state)
           -> `_fwd_output_kernel` (o per chunk). With a gate per channel (kda) the walk writes o
           itself from the state in hand, no output kernel runs, and where no backward follows
-          (no autograd) neither U nor the states are stored. Where no backward follows, w (and
-          qg, kg) travel from the prepare kernel to the walk as the walk's tf32 products read
-          them, in half the bytes (fp16 with a power-of-two scale per chunk and key block,
-          tf32_storage.py), and so do the states and U from the walk to the output kernel
-          (per chunk and V-block): o and the final state are the same bit for bit short of
-          fp16's subnormals (at the bench shape on the H200, the forward of kda 2.22 ms
-          against 2.35, of delta_rule 1.55 against 1.65).
+          (no autograd) neither U nor the states are stored. w (and qg, kg) travel from the
+          prepare kernel to both walks as their tf32 products read them, in half the bytes
+          (fp16 with a power-of-two scale per chunk and key block, tf32_storage.py), and where
+          no backward follows so do the states and U from the walk to the output kernel (per
+          chunk and V-block): every result is the same bit for bit as from float32 operands,
+          short of fp16's subnormals (`TF32_TILES`; at the bench shape on the H200, the forward
+          of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65).
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -97,6 +97,9 @@ PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs
 # and takes K 64 columns at a time) and kda's per-channel walks do; past it the per-channel
 # backward walk needs 294,912 bytes (fp32, K = 264) of the H100's 232,448
 WIDEST_KEY_HEAD = 256
+# 16-bit inputs: the walks' computed operands (and without autograd the states and U) as fp16
+# tf32 tiles; False keeps them float32, which every result equals bit for bit (the tests' check)
+TF32_TILES = True
 
 
 @triton.jit
@@ -285,18 +288,23 @@ def _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.conste
 
 
 @triton.jit
-def _walk_queries_t(q, qg, g, gc, scale, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
-                    BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr):
-    """scale (diag(exp(G)) Q)^T [BK, BT], the queries of the chunk at c0 as they read the state
-    entering it, for the backward walk: from qg with a gate per channel (as `_walk_keys`), else
-    from q."""
+def _walk_queries_t(q, qg, qs, s_idx, g, gc, scale, i_b, i_h, row, c0, T, H: tl.constexpr,
+                    K: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BKS: tl.constexpr,
+                    GATED: tl.constexpr, CHANNEL: tl.constexpr, FP16_OPERANDS: tl.constexpr):
+    """(Q^T [BK, BT], f): the queries of the chunk at c0 as they read the state entering it, for
+    the backward walk, whose product with them times f is scale (diag(exp(G)) Q)^T do. With a gate
+    per channel qg as `_prepare_kernel` stored it (`_scaled`: the operand the tile holds) and
+    f = scale; else scale diag(exp(G)) Q formed from q and f = 1."""
     if CHANNEL:
-        b_qgt = load_rows_t(qg, row * K, c0, T, H, K, BT, BK, 0) * scale
+        b_qgt = _scaled(load_rows_t(qg, row * K, c0, T, H, K, BT, BK, 0), qs, s_idx, K, BK, BKS, True,
+                        FP16_OPERANDS)
+        f = scale
     else:
         eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                                       GATED, CHANNEL)
         b_qgt = load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0) * (eG_t * scale)
-    return b_qgt
+        f = 1.0
+    return b_qgt, f
 
 
 @triton.jit
@@ -367,10 +375,10 @@ def _store_operand(x, xs, s_idx, val, base, c0, T, H: tl.constexpr, D: tl.conste
 
 @triton.jit
 def _store_state_operand(states, hs, s_idx, val, index, K: tl.constexpr, V: tl.constexpr,
-                         BK: tl.constexpr, BV: tl.constexpr, i_v, FP16_OPERANDS: tl.constexpr):
-    """Store the state block entering a chunk: float32, or with FP16_OPERANDS as the tf32 value the
+                         BK: tl.constexpr, BV: tl.constexpr, i_v, FP16_STATES: tl.constexpr):
+    """Store the state block entering a chunk: float32, or with FP16_STATES as the tf32 value the
     output's product reads, in fp16 with its scale at hs[s_idx] (`tf32_scaled`)."""
-    if FP16_OPERANDS:
+    if FP16_STATES:
         val, s = tf32_scaled(val)
         tl.store(hs + s_idx, s)
     store_state(states, index, val, K, V, BK, BV, 0, i_v, False)
@@ -385,9 +393,9 @@ def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks, T, 
     """Per chunk: Ti [B, T, H, BT] (in Ai, the solve's scratch), w [B, T, H, K] and
     u [B, T, H, V], float32, and with CHANNEL the gated queries and keys the walks and the
     output read, qg = diag(exp(G)) Q and kg = diag(exp(G_L - G)) K [B, T, H, K] float32; K is
-    taken BK columns at a time. With FP16_OPERANDS (a forward no backward follows) w, qg and kg
-    are stored as the walk's tf32 products read them, in fp16 with a scale per chunk and key
-    block in ws, qs and ks (`store_tf32_tile`)."""
+    taken BK columns at a time. With FP16_OPERANDS w, qg and kg are stored as the walks' tf32
+    products read them, in fp16 with a scale per chunk and key block in ws, qs and ks
+    (`store_tf32_tile`)."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
@@ -428,14 +436,15 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
                      CHANNEL: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr,
                      VARLEN: tl.constexpr, STORE: tl.constexpr, FP16_OPERANDS: tl.constexpr,
-                     BKS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                     FP16_STATES: tl.constexpr, BKS: tl.constexpr, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk: with STORE the states entering each chunk
     [B, H, NT, K, V] and U [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; with
     a gate per channel (CHANNEL) o [B, T, H, V] at once from the state in hand, from the output
     operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT.
     With FP16_OPERANDS w, qg and kg are fp16 with a scale per chunk and BKS columns in ws, qs and
-    ks (`_scaled`), and the states and U it stores are fp16 tf32 tiles with a scale per chunk and
-    V-block in hs and us (`tf32_scaled`)."""
+    ks (`_scaled`); with FP16_STATES the states and U it stores are fp16 tf32 tiles with a scale
+    per chunk and V-block in hs and us (`tf32_scaled`)."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
@@ -443,7 +452,7 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
         s_idx = _tile_index(i_row, i_c, NT, K, BKS)
         v_idx = _tile_index(i_row, i_c, NT, V, BV) + i_v
         if STORE:
-            _store_state_operand(states, hs, v_idx, b_h, i_row * NT + i_c, K, V, BK, BV, i_v, FP16_OPERANDS)
+            _store_state_operand(states, hs, v_idx, b_h, i_row * NT + i_c, K, V, BK, BV, i_v, FP16_STATES)
         b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
         if CHANNEL:
             b_kgt = _scaled(b_kgt, ks, s_idx, K, BK, BKS, True, FP16_OPERANDS)
@@ -458,7 +467,7 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
             store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
                        BV, i_v)
         if STORE:
-            _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_OPERANDS)
+            _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_STATES)
         b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
@@ -537,28 +546,35 @@ def _bwd_local_kernel(q, k, g, gc, Aqk, do, dvnew, scale, T, H: tl.constexpr, K:
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T, NT,
-                     H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T,
+                     NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, VARLEN: tl.constexpr,
-                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                     FP16_OPERANDS: tl.constexpr, BKS: tl.constexpr, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk backwards: dhs [B, H, NT, K, V], the gradient of the state
     leaving each chunk; dU [B, T, H, V] (dvnew holds the chunk's own part from
-    `_bwd_local_kernel`; the state's part is added); dh0 [N, H, K, V] when STORE_DH0; float32."""
+    `_bwd_local_kernel`; the state's part is added); dh0 [N, H, K, V] when STORE_DH0; float32.
+    With FP16_OPERANDS w, qg and kg are the forward's fp16 tiles (`_scaled`)."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     for i_r in range(c_hi - c_lo):
         i_c = c_hi - 1 - i_r
         c0 = i_c * BT
+        s_idx = _tile_index(i_row, i_c, NT, K, BKS)
         store_state(dhs, i_row * NT + i_c, b_dh, K, V, BK, BV, 0, i_v, False)
         b_kg, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, False)
-        b_qgt = _walk_queries_t(q, qg, g, gc, scale, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)
-        b_wt = load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0)
+        if CHANNEL:
+            b_kg = _scaled(b_kg, ks, s_idx, K, BK, BKS, False, FP16_OPERANDS)
+        b_qgt, f = _walk_queries_t(q, qg, qs, s_idx, g, gc, scale, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                   BKS, GATED, CHANNEL, FP16_OPERANDS)
+        b_wt = _scaled(load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0), ws, s_idx, K, BK, BKS, True,
+                       FP16_OPERANDS)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU += _state_product(b_kg, b_dh, FP32_DOT, OPERAND_DTYPE)
         store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dh = b_dh * eL + mma(b_qgt, b_do, FP32_DOT, tl.float32)
+        b_dh = b_dh * eL + mma(b_qgt, b_do, FP32_DOT, tl.float32) * f
         b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
     if STORE_DH0:
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
@@ -866,9 +882,7 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
         launch(pairs_kernel, flat_grid(CHUNK // PAIR_BLOCK, NT, B * H), q, k, gc, Akk, Aqk, T, H=H,
                K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **settings["pairs"])
     Ai = torch.empty(B, T, H, CHUNK, **f32)
-    # without a backward the walk's computed operands travel as its tf32 products read them, in
-    # fp16 with a scale per chunk and key block (tf32_storage.py); a backward reads float32
-    fp16_operands = ctx is None and not modes["FP32_DOT"]
+    fp16_operands = TF32_TILES and not modes["FP32_DOT"]
     prepare = settings["prepare"]
     operands = dict(f32, dtype=torch.float16) if fp16_operands else f32
     tiles = B * H * NT * triton.cdiv(K, prepare["BK"])
@@ -884,7 +898,7 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     store = ctx is not None or not channel   # the output kernel or the backward reads them
     # without a gate per channel and without a backward, the states and U travel to the output
     # kernel as its tf32 products read them, fp16 with a scale per chunk and V-block
-    fp16_states = fp16_operands and not channel
+    fp16_states = ctx is None and fp16_operands and not channel
     stored = dict(f32, dtype=torch.float16) if fp16_states else f32
     states = torch.empty(B, H, NT, K, V, **stored) if store else None
     vnew = torch.empty(B, T, H, V, **stored) if store else None
@@ -893,14 +907,14 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
            ws, qs, ks, hs, us, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
            STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store,
-           FP16_OPERANDS=fp16_operands, BKS=prepare["BK"], **modes, **walk)
+           FP16_OPERANDS=fp16_operands, FP16_STATES=fp16_states, BKS=prepare["BK"], **modes, **walk)
     if not channel:
         output = dict(settings["output"], BV=min(settings["output"]["BV"], walk["BV"]))
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale,
                T, NT, FP16_STATES=fp16_states, BVS=walk["BV"], **modes, **output)
     if ctx is not None:
-        save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, states,
-                     vnew, chunk_offsets=chunk_offsets, initial_state=initial_state)
+        save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs,
+                     ks, states, vnew, chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
     return o.to(v.dtype), ht
 
@@ -928,7 +942,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
-        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, states, vnew = ctx.saved_tensors
+        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs, ks, states, vnew = ctx.saved_tensors
         need_h0 = ctx.needs_input_grad[6] and ctx.h0_dtype is not None
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -946,9 +960,10 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_bwd_local_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, do, dvnew, ctx.scale, T, **modes,
                **settings["local"])
         walk = settings["bwd_walk"]
-        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, do,
-               dht, dhs, dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None,
-               STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None, **modes, **walk)
+        launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, ws, qs,
+               ks, do, dht, dhs, dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None,
+               STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None, FP16_OPERANDS=ws is not None,
+               BKS=settings["prepare"]["BK"], **modes, **walk)
 
         # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
         # kernel adds to dq, dk and dG); the per-chunk kernels take K a key block at a time
