@@ -53,7 +53,7 @@ Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, run on 
   (compute-sanitizer) or gave wrong results; V-blocks are 32 wide (64 in the per-channel walks).
 - The same on the H200 with 8 warps over 16-wide key tiles (K = 16) in the backward's chunk
   kernel (before it was split in two): a lost context or dq, dk, dbeta 30-80 x their bounds;
-  below K = 128 the backward's per-chunk kernels take 4 warps.
+  the backward's per-chunk kernels take 4 warps.
 
 The gate gradient. dG_t, the gradient of the cumulative gate G_t, gathers every exp(G) factor:
 exp(G_t) of the state read by q_t and of Y_t, the pair factors Gamma_ts of Q K^T and of A
@@ -758,17 +758,15 @@ def _settings(K, dtype, channel: bool) -> tuple:
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
     (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and
     the walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
-    pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the
-    backward's chunk kernel (one kernel then, now `bwd_output` and `bwd_wy`, which keep its
-    settings) and the pair kernels (then on all of K) with 8 from K = 128. Narrower heads keep
-    the settings the GPU sweeps have passed: 8 warps over 16-wide tiles addressed shared memory
-    out of range or gave wrong gradients on the H200 (Triton 3.6, K = 16), so below K = 64 the
-    backward's per-chunk kernels take 4 (from K = 64 8: 8 warps over 64-wide tiles passed there,
-    and at K = 64 4 warps spilled 3-6 KB a thread, 8 under 1). With a gate per channel they take
-    4 at every K: since the solve's gradient left the CUDA cores (`mma_tf32x3`), 4 warps took
-    1.85 and 1.69 ms against 8 warps' 2.24 and 2.00 at the bench shape on the H200, though ptxas
-    reports 2-3 KB of spills a thread (their tiles are [64, 64] from K = 64 on, one or more key
-    blocks). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels
+    pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the pair
+    kernels (then on all of K) with 8 from K = 128. The backward's per-chunk kernels
+    (`bwd_output`, `bwd_wy`) take 4 warps at every K, though ptxas reports 1.3-3 KB of spills a
+    thread (their tiles are [64, 64] from K = 64 on, one or more key blocks): since the solve's
+    gradient left the CUDA cores (`mma_tf32x3`), 4 warps took 1.32 and 1.30 ms against 8 warps'
+    2.14 and 1.88 (delta_rule; forward+backward 5.37 against 6.77; gated_delta_rule 6.99 against
+    7.91; kda's 1.85 and 1.69 against 2.24 and 2.00) at the bench shape on the H200, and 8 warps
+    over 16-wide tiles addressed shared memory out of range or gave wrong gradients there (Triton
+    3.6, K = 16). The per-channel walks below K = 64 keep their old 32-wide blocks. The pair kernels
     (programs of 16 rows) take one warp over 32-column key blocks, pipelined: fastest of BK
     16/32/64/128, 1/2/4/8 warps and 1 to 4 stages at the bench shape on the H200, every gradient
     the same bit for bit (benchmarks/tuning.md); the forward's with 2 stages (0.49 ms against
@@ -787,7 +785,7 @@ def _settings(K, dtype, channel: bool) -> tuple:
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
-    bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=8 if BK >= 64 and not channel else 4, num_stages=1)
+    bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=4, num_stages=1)
     pairs = dict(BK=min(BK, 32), num_warps=1, num_stages=2)
     pair_grads = dict(pairs, num_stages=3)
     if not channel:
