@@ -73,8 +73,8 @@ def _unit_scales(scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.conste
 
 @triton.jit
 def _unit_tile_scale(scales, s_idx):
-    """A planted `tile_scale` that forgets the stored scale: the output kernel of a forward without
-    autograd reads the fp16 states and U as they are stored."""
+    """A planted `tile_scale` that forgets the stored scale: the output kernel and the backward read
+    the walk's fp16 states and U as they are stored."""
     return 1.0
 
 
@@ -171,8 +171,8 @@ def tf32_tiles(planted=""):
     (`TF32_TILES` off), o and final state without autograd those of training, fp16 tiles used]}
     of the chunked delta rule (B = 1, T = 70, H = 1, K = 100, V = 32, bf16, an initial state with
     its gradient; kda and gated_delta_rule); planted "unit_scales": the walks forget the scales of
-    their fp16 operands (`_unit_scales`); "unit_state_scales": the output kernel forgets those of
-    the fp16 states and U of a forward without autograd (`_unit_tile_scale`)."""
+    their fp16 operands (`_unit_scales`); "unit_state_scales": the output kernel and the backward
+    forget those of the walk's fp16 states and U (`_unit_tile_scale`)."""
     from fla_kernels.ops.common import chunk_delta
     from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla_kernels.ops.kda import chunk_kda

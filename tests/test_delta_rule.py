@@ -352,18 +352,20 @@ def test_kda_forward_without_autograd_stores_nothing_for_a_backward(monkeypatch,
 
 
 def test_fp16_tf32_tiles_give_what_float32_operands_give():
-    """The delta walks' computed operands travel in fp16 with a power-of-two scale per tile, and
-    without autograd the scalar gate's states and U too (ops/common/tf32_storage.py); with the
-    tensor cores (emulated on a CPU) o, the final state and every gradient are the same bit for
-    bit as with float32 operands, and o and the final state without autograd are training's
-    (kda, gated_delta_rule). Tested both ways: walks that forget the scales give another o, and
-    so does an output kernel that forgets the states' and U's (kda's walk writes o itself)."""
+    """The delta walks' computed operands and U travel in fp16 with a power-of-two scale per
+    tile, and without autograd the scalar gate's states too (ops/common/tf32_storage.py); with
+    the tensor cores (emulated on a CPU) o, the final state and every gradient are the same bit
+    for bit as with float32 operands, and o and the final state without autograd are training's
+    (kda, gated_delta_rule). Tested both ways: walks that forget their operands' scales give
+    another o; readers that forget the states' and U's give other gradients, and for the scalar
+    gate another o (kda's walk writes o itself)."""
     ours = emulated("tf32_tiles")
     assert ours == {"kda": [True] * 5, "gated_delta_rule": [True] * 5}, ours
     planted = emulated("tf32_tiles", "unit_scales")
     assert all(used and not same_o for same_o, _, _, _, used in planted.values()), planted
     states = emulated("tf32_tiles", "unit_state_scales")
-    assert states == {"kda": [True] * 5, "gated_delta_rule": [True, True, True, False, True]}, states
+    assert states == {"kda": [True, True, False, True, True],
+                      "gated_delta_rule": [False, True, False, False, True]}, states
 
 
 @pytest.mark.parametrize("reverse", [False, True])

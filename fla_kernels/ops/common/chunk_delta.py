@@ -26,11 +26,11 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           itself from the state in hand, no output kernel runs, and where no backward follows
           (no autograd) neither U nor the states are stored. w (and qg, kg) travel from the
           prepare kernel to both walks as their tf32 products read them, in half the bytes
-          (fp16 with a power-of-two scale per chunk and key block, tf32_storage.py), and where
-          no backward follows so do the states and U from the walk to the output kernel (per
-          chunk and V-block): every result is the same bit for bit as from float32 operands,
-          short of fp16's subnormals (`TF32_TILES`; at the bench shape on the H200, the forward
-          of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65).
+          (fp16 with a power-of-two scale per chunk and key block, tf32_storage.py); so does U
+          from the walk to the output kernel and the backward, and where no backward follows
+          the states (per chunk and V-block): every result is the same bit for bit as from
+          float32 operands, short of fp16's subnormals (`TF32_TILES`; at the bench shape on the
+          H200, the forward of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65).
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -97,8 +97,8 @@ PAIR_BLOCK = 16   # rows per block of the per-channel pair matrices (chunk_pairs
 # and takes K 64 columns at a time) and kda's per-channel walks do; past it the per-channel
 # backward walk needs 294,912 bytes (fp32, K = 264) of the H100's 232,448
 WIDEST_KEY_HEAD = 256
-# 16-bit inputs: the walks' computed operands (and without autograd the states and U) as fp16
-# tf32 tiles; False keeps them float32, which every result equals bit for bit (the tests' check)
+# 16-bit inputs: the walks' computed operands, U (and without autograd the states) as fp16 tf32
+# tiles; False keeps them float32, which every result equals bit for bit (the tests' check)
 TF32_TILES = True
 
 
@@ -348,6 +348,13 @@ def _tile_index(i_row, i_c, NT, D: tl.constexpr, BS: tl.constexpr):
 
 
 @triton.jit
+def _walk_tile_scale(scales, i_row, i_c, NT, V: tl.constexpr, BV: tl.constexpr, BVS: tl.constexpr, i_v):
+    """The scale of the forward walk's fp16 tile (a state or U, BVS columns wide) that holds
+    V-block i_v, BV <= BVS wide, of chunk i_c of (batch, head) number i_row."""
+    return tile_scale(scales, _tile_index(i_row, i_c, NT, V, BVS) + i_v * BV // BVS)
+
+
+@triton.jit
 def _scaled(x, scales, s_idx, D: tl.constexpr, BD: tl.constexpr, BS: tl.constexpr,
             TRANSPOSED: tl.constexpr, FP16_OPERANDS: tl.constexpr):
     """A walk's operand tile x [BT, BD] (or [BD, BT] with TRANSPOSED) as its tf32 product reads it:
@@ -436,15 +443,15 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
                      CHANNEL: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr,
                      VARLEN: tl.constexpr, STORE: tl.constexpr, FP16_OPERANDS: tl.constexpr,
-                     FP16_STATES: tl.constexpr, BKS: tl.constexpr, FP32_DOT: tl.constexpr,
-                     OPERAND_DTYPE: tl.constexpr):
+                     FP16_STATES: tl.constexpr, FP16_U: tl.constexpr, BKS: tl.constexpr,
+                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk: with STORE the states entering each chunk
     [B, H, NT, K, V] and U [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; with
     a gate per channel (CHANNEL) o [B, T, H, V] at once from the state in hand, from the output
     operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT.
     With FP16_OPERANDS w, qg and kg are fp16 with a scale per chunk and BKS columns in ws, qs and
-    ks (`_scaled`); with FP16_STATES the states and U it stores are fp16 tf32 tiles with a scale
-    per chunk and V-block in hs and us (`tf32_scaled`)."""
+    ks (`_scaled`); with FP16_STATES the states it stores, with FP16_U U, are fp16 tf32 tiles with
+    a scale per chunk and V-block in hs and us (`tf32_scaled`)."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
@@ -467,7 +474,7 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
             store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
                        BV, i_v)
         if STORE:
-            _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_STATES)
+            _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_U)
         b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
@@ -502,11 +509,11 @@ def _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT: tl.constexpr):
 def _fwd_output_kernel(q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale, T, NT, H: tl.constexpr,
                        K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                       FP16_STATES: tl.constexpr, BVS: tl.constexpr, FP32_DOT: tl.constexpr,
-                       OPERAND_DTYPE: tl.constexpr):
+                       FP16_STATES: tl.constexpr, FP16_U: tl.constexpr, BVS: tl.constexpr,
+                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per chunk, from the state entering it and its U: o [B, T, H, V], every V-block. With
-    FP16_STATES the states and U are fp16 tf32 tiles, a scale per chunk and BVS columns in hs and
-    us (`tf32_scaled`)."""
+    FP16_STATES the states, with FP16_U U, are the walk's fp16 tf32 tiles, a scale per chunk and
+    BVS columns in hs and us (`_walk_tile_scale`)."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
@@ -516,9 +523,9 @@ def _fwd_output_kernel(q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale, T, 
         b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
         if FP16_STATES:
-            v_idx = _tile_index(i_b * H + i_h, i_c, NT, V, BVS) + i_v * BV // BVS
-            b_h = b_h * tile_scale(hs, v_idx)
-            b_U = b_U * tile_scale(us, v_idx)
+            b_h = b_h * _walk_tile_scale(hs, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+        if FP16_U:
+            b_U = b_U * _walk_tile_scale(us, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
         store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT, BV,
                    i_v)
 
@@ -594,16 +601,18 @@ def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr, NB: t
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_output_kernel(q, k, g, gc, states, vnew, do, dhs, dvnew, pairs, dAqk, dq, dk, dw, dg, dgk,
+def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, dvnew, pairs, dAqk, dq, dk, dw, dg, dgk,
                        scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
-                       CHANNEL: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                       CHANNEL: tl.constexpr, FP16_U: tl.constexpr, BVS: tl.constexpr,
+                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per chunk and block of BK key columns, the products of q and k with the states, do and
     each other: dq [B, T, H, K] whole (with CHANNEL less the pairs' part, left to
     `pair_grads_kernel` through dAqk), dw = -dU h^T and the first parts of dk [B, T, H, K] and of
     the gate's gradient, float32, which `_bwd_wy_kernel` completes: per channel in dg
     [B, T, H, K], or per row and key block in dgk [B, T, H, key blocks] for a scalar gate.
-    `pairs` [B, T, H, key blocks * BT] is the transposes' scratch."""
+    `pairs` [B, T, H, key blocks * BT] is the transposes' scratch. With FP16_U, U is the forward
+    walk's fp16 tiles (`_walk_tile_scale`)."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_k, i_c, _, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     c0 = i_c * BT
@@ -623,11 +632,16 @@ def _bwd_output_kernel(q, k, g, gc, states, vnew, do, dhs, dvnew, pairs, dAqk, d
         b_dht = load_state(dhs, index, K, V, BK, BV, i_k, i_v, True)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_Ut = load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+        if FP16_U:
+            u_s = _walk_tile_scale(us, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+            b_U = b_U * u_s
+            b_Ut = b_Ut * u_s
         b_dqh += mma(b_do, b_ht, FP32_DOT, tl.float32)
         b_dkh += _state_product(b_U, b_dht, FP32_DOT, OPERAND_DTYPE)
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_dw -= _state_product(b_dU, b_ht, FP32_DOT, OPERAND_DTYPE)
-        b_ds += mma(b_do, load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT, tl.float32)
+        b_ds += mma(b_do, b_Ut, FP32_DOT, tl.float32)
         b_bound += tl.sum(b_ht * b_dht, axis=0)
     store_rows(dw, b_dw, row * K, c0, T, H, K, BT, BK, i_k)
 
@@ -894,25 +908,27 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
     walk = settings["fwd_walk"]
     store = ctx is not None or not channel   # the output kernel or the backward reads them
-    # without a gate per channel and without a backward, the states and U travel to the output
-    # kernel as its tf32 products read them, fp16 with a scale per chunk and V-block
+    # U travels to the output kernel and the backward as their tf32 products read it, fp16 with a
+    # scale per chunk and V-block, and so do the states where only the output kernel reads them
     fp16_states = ctx is None and fp16_operands and not channel
-    stored = dict(f32, dtype=torch.float16) if fp16_states else f32
-    states = torch.empty(B, H, NT, K, V, **stored) if store else None
-    vnew = torch.empty(B, T, H, V, **stored) if store else None
+    half = dict(f32, dtype=torch.float16)
     scales = B * H * NT * triton.cdiv(V, walk["BV"])
-    hs, us = torch.empty(2, scales, **f32) if fp16_states else (None, None)
+    states = torch.empty(B, H, NT, K, V, **(half if fp16_states else f32)) if store else None
+    vnew = torch.empty(B, T, H, V, **(half if fp16_operands else f32)) if store else None
+    hs = torch.empty(scales, **f32) if fp16_states else None
+    us = torch.empty(scales, **f32) if fp16_operands and store else None
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
            ws, qs, ks, hs, us, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
            STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store,
-           FP16_OPERANDS=fp16_operands, FP16_STATES=fp16_states, BKS=prepare["BK"], **modes, **walk)
+           FP16_OPERANDS=fp16_operands, FP16_STATES=fp16_states, FP16_U=us is not None, BKS=prepare["BK"],
+           **modes, **walk)
     if not channel:
         output = dict(settings["output"], BV=min(settings["output"]["BV"], walk["BV"]))
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale,
-               T, NT, FP16_STATES=fp16_states, BVS=walk["BV"], **modes, **output)
+               T, NT, FP16_STATES=fp16_states, FP16_U=us is not None, BVS=walk["BV"], **modes, **output)
     if ctx is not None:
         save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs,
-                     ks, states, vnew, chunk_offsets=chunk_offsets, initial_state=initial_state)
+                     ks, states, vnew, us, chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
     return o.to(v.dtype), ht
 
@@ -940,7 +956,7 @@ class ChunkDeltaFunction(torch.autograd.Function):
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
-        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs, ks, states, vnew = ctx.saved_tensors
+        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs, ks, states, vnew, us = ctx.saved_tensors
         need_h0 = ctx.needs_input_grad[6] and ctx.h0_dtype is not None
         B, T, H, K = q.shape
         V = v.shape[-1]
@@ -974,8 +990,9 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
         pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
-        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, do, dhs, dvnew,
-               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, **{**modes, **settings["bwd_output"]})
+        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, us, do, dhs, dvnew,
+               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, FP16_U=us is not None,
+               BVS=settings["fwd_walk"]["BV"], **{**modes, **settings["bwd_output"]})
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk,
                dk, dv, dbeta, dg, dgk, T, **{**modes, **settings["bwd_wy"]})
         if channel:
