@@ -6,7 +6,8 @@ and the spills are where its time goes (benchmarks/tuning.md, 2026-11-27).
 
 Launches are recorded under the interpreter as the sm_90 compile test records them
 (tests/gpu_compile.py), then each distinct specialisation is compiled and ptxas reports it:
-registers, spill stores and loads (bytes per thread), shared memory (bytes per block).
+registers, spill stores and loads (bytes per thread), shared memory (bytes per block); with
+--asm DIR also its TTGIR and PTX, to read what a change did to the loads and the products.
 """
 import argparse
 import os
@@ -31,6 +32,7 @@ def main():
     parser.add_argument("--K", type=int, default=128)
     parser.add_argument("--V", type=int, default=128)
     parser.add_argument("--M", type=int, default=64, help="slots per head (gsa)")
+    parser.add_argument("--asm", metavar="DIR", help="also write each kernel's TTGIR and PTX into DIR/OP-VARIANT/")
     args = parser.parse_args()
     print("op variant kernel num_warps num_stages registers spill_stores spill_loads shared")
     for op in args.op.split(","):
@@ -40,7 +42,8 @@ def main():
                         gate="normal", seed=0, **{s: args.M for s in spec.symbols})
             with recording_launches() as records:
                 execute(spec.variant_fn(variant), spec, case, make_inputs(spec, case, torch.device("cpu")))
-            for r in compile_records(distinct(records), resources=True):
+            asm_dir = os.path.join(args.asm, f"{op}-{variant}") if args.asm else None
+            for r in compile_records(distinct(records), resources=True, asm_dir=asm_dir):
                 options = r.get("options", {})
                 print(op, variant, r["name"], options.get("num_warps"), options.get("num_stages"),
                       r.get("registers"), r.get("spill_stores"), r.get("spill_loads"), r.get("shared"),

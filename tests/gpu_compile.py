@@ -21,8 +21,6 @@ from unittest import mock
 
 import torch
 
-TENSOR_TYPES = {torch.float64: "*fp64", torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16",
-                torch.int32: "*i32", torch.int64: "*i64"}
 OPTION_NAMES = ("num_warps", "num_stages")
 SHARED_MEMORY_LIMIT = {90: 232448}  # bytes a block may opt in to (H100: 227 KiB)
 
@@ -47,29 +45,43 @@ def _decode(value):
     return value
 
 
-def _describe_launch(fn, args, kwargs) -> dict:
+def _specialisation(value, specialize: bool, align: bool) -> tuple:
+    """(type, attribute) of a runtime argument as Triton's launcher specialises it: an int equal to 1
+    becomes the constexpr 1, and an int divisible by 16 or a tensor whose data is 16-byte aligned
+    gets "D" (divisibility 16), unless the kernel's do_not_specialize(_on_alignment) names it."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    return native_specialize_impl(BaseBackend, value, False, specialize, align)
+
+
+def _describe_launch(fn, args, kwargs, jit_options: dict) -> dict:
+    """One launch as `compile_records` takes it: the kernel, its signature, constexprs and the
+    specialisation attributes (`_specialisation`) the real launcher would give these arguments,
+    and its launch options."""
     params = list(inspect.signature(fn).parameters.values())
-    bound = dict(zip([p.name for p in params], args))
+    names = [p.name for p in params]
+    bound = dict(zip(names, args))
     bound.update({k: v for k, v in kwargs.items() if k not in OPTION_NAMES})
-    signature, constexprs = {}, {}
+    unspecialised = lambda option: {names[n] if isinstance(n, int) else n for n in jit_options.get(option) or ()}
+    fixed, unaligned = unspecialised("do_not_specialize"), unspecialised("do_not_specialize_on_alignment")
+    signature, constexprs, attrs = {}, {}, {}
     for p in params:
         value = bound.get(p.name, p.default)
         if _is_constexpr(p) or value is None:
             signature[p.name] = "constexpr"
             constexprs[p.name] = _encode(value)
-        elif isinstance(value, torch.Tensor):
-            signature[p.name] = TENSOR_TYPES[value.dtype]
-        elif isinstance(value, bool):
-            signature[p.name] = "i1"
-        elif isinstance(value, int):
-            signature[p.name] = "i32" if -2**31 <= value < 2**31 else "i64"
-        elif isinstance(value, float):
-            signature[p.name] = "fp32"
+        elif isinstance(value, (torch.Tensor, bool, int, float)):
+            kind, attr = _specialisation(value, p.name not in fixed, p.name not in unaligned)
+            if kind == "constexpr":
+                constexprs[p.name] = attr
+            elif attr:
+                attrs[p.name] = attr
+            signature[p.name] = kind
         else:
             raise TypeError(f"{fn.__name__}: cannot type argument {p.name}={value!r}")
     options = {k: kwargs[k] for k in OPTION_NAMES if k in kwargs}
     return {"module": fn.__module__, "name": fn.__name__, "signature": signature,
-            "constexprs": constexprs, "options": options}
+            "constexprs": constexprs, "attrs": attrs, "options": options}
 
 
 @contextmanager
@@ -79,7 +91,7 @@ def recording_launches():
     records = []
 
     def record(self, *args, grid, warmup, **kwargs):
-        records.append(_describe_launch(self.fn, args, kwargs))
+        records.append(_describe_launch(self.fn, args, kwargs, self.kwargs))
 
     with mock.patch.object(InterpretedFunction, "run", record), \
             mock.patch("fla_kernels.precision.interpreter_numerics", return_value=False):
@@ -97,11 +109,14 @@ def distinct(records: list[dict]) -> list[dict]:
 
 
 def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200,
-                    resources: bool = False) -> list[dict]:
+                    resources: bool = False, asm_dir: str | None = None) -> list[dict]:
     """Compile each record for sm_<arch> in a fresh process; one {name, ok, error} per record, with
-    resources also {registers, spill_stores, spill_loads} (bytes per thread) from ptxas."""
+    resources also {registers, spill_stores, spill_loads} (bytes per thread) from ptxas. asm_dir:
+    where each compiled record's TTGIR and PTX go, as NAME-INDEX.ttgir / .ptx (INDEX: its place in
+    records)."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    command = [sys.executable, "-m", "tests.gpu_compile", str(arch)] + (["resources"] if resources else [])
+    command = ([sys.executable, "-m", "tests.gpu_compile", str(arch)] + (["resources"] if resources else [])
+               + ([f"asm={asm_dir}"] if asm_dir else []))
     proc = subprocess.run(command, input=json.dumps(records), capture_output=True, text=True, env=env,
                           timeout=timeout)
     if proc.returncode != 0:
@@ -135,22 +150,34 @@ def _resources(ptx: str, arch: int) -> dict:
             "spill_loads": number(r"(\d+) bytes spill loads")}
 
 
-def _compile_main(arch: int, resources: bool = False):
+def _write_asm(asm_dir: str, stem: str, asm: dict):
+    """The TTGIR and PTX of one compiled kernel into asm_dir/stem.ttgir and .ptx."""
+    os.makedirs(asm_dir, exist_ok=True)
+    for kind in ("ttgir", "ptx"):
+        with open(os.path.join(asm_dir, f"{stem}.{kind}"), "w") as f:
+            f.write(asm[kind])
+
+
+def _compile_main(arch: int, resources: bool = False, asm_dir: str | None = None):
     import triton
     from tests.pipeline_races import stale_reads
-    from triton.backends.compiler import GPUTarget
+    from triton.backends.compiler import BaseBackend, GPUTarget
     records = json.loads(sys.stdin.read())
     target = GPUTarget("cuda", arch, 32)
     results = []
-    for rec in records:
+    for index, rec in enumerate(records):
         fn = getattr(importlib.import_module(rec["module"]), rec["name"])
         while not isinstance(fn, triton.runtime.jit.JITFunction) and hasattr(fn, "fn"):
             fn = fn.fn   # an upstream kernel under @triton.autotune or @triton.heuristics
         constexprs = {k: _decode(v) for k, v in rec["constexprs"].items()}
-        src = triton.compiler.ASTSource(fn=fn, signature=rec["signature"], constexprs=constexprs)
+        attrs = {(fn.arg_names.index(name),): BaseBackend.parse_attr(attr)
+                 for name, attr in rec.get("attrs", {}).items()}
+        src = triton.compiler.ASTSource(fn=fn, signature=rec["signature"], constexprs=constexprs, attrs=attrs)
         try:
             compiled = triton.compile(src, target=target, options=rec["options"])
             shared = compiled.metadata.shared
+            if asm_dir:
+                _write_asm(asm_dir, f"{rec['name']}-{index}", compiled.asm)
             limit = SHARED_MEMORY_LIMIT[arch]
             races = stale_reads(compiled.asm["ttgir"])
             error = (f"OutOfResources: needs {shared} bytes of shared memory, sm_{arch} has {limit}"
@@ -167,4 +194,5 @@ def _compile_main(arch: int, resources: bool = False):
 
 
 if __name__ == "__main__":
-    _compile_main(int(sys.argv[1]), "resources" in sys.argv[2:])
+    asm = [a.split("=", 1)[1] for a in sys.argv[2:] if a.startswith("asm=")]
+    _compile_main(int(sys.argv[1]), "resources" in sys.argv[2:], asm[0] if asm else None)

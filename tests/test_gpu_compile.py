@@ -129,3 +129,25 @@ def test_the_check_rejects_a_kernel_over_the_shared_memory_limit():
         broken_triton.launch_oversized(*(torch.zeros(256, 256) for _ in range(3)))
     (result,) = compile_records(distinct(records))
     assert not result["ok"] and "OutOfResources" in result["error"] and "shared memory" in result["error"]
+
+
+def test_launches_compile_as_the_launcher_specialises_them(tmp_path):
+    """The records carry what Triton's launcher would specialise (tests/specialised_triton.py), and the
+    compiler sees it: without divisibility 16 on aligned pointers no load vectorises, and ptxas's
+    registers, spills and shared memory were those of another program than the GPU runs."""
+    from tests import specialised_triton
+    data = torch.zeros(80)
+    with recording_launches() as records:
+        specialised_triton.launch(data[:64], data[4:68], 32, 1, 32)    # y 16-byte aligned
+        specialised_triton.launch(data[:64], data[1:65], 33, 2, 16)    # y 4 bytes off, n not / 16
+    aligned, offset = records
+    assert aligned["attrs"] == {"x": "D", "y": "D", "n": "D"}
+    assert aligned["signature"]["one"] == "constexpr" and aligned["constexprs"]["one"] == 1
+    assert aligned["signature"]["n_plain"] == "i32" and "n_plain" not in aligned["attrs"]
+    assert offset["attrs"] == {"x": "D"} and offset["signature"]["one"] == "i32"
+    results = compile_records([aligned, offset], asm_dir=str(tmp_path))
+    assert all(r["ok"] for r in results), results
+    ttgir = [(tmp_path / f"scaled_copy_kernel-{i}.ttgir").read_text() for i in range(2)]
+    signature = [text[text.index("tt.func"):].split("\n")[0] for text in ttgir]
+    assert signature[0].count("tt.divisibility = 16") == 3, signature[0]
+    assert signature[1].count("tt.divisibility = 16") == 1, signature[1]

@@ -36,9 +36,9 @@ Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T
           chunk: dU += diag(exp(G_L - G)) K dh, then
           dh <- exp(G_L) dh + scale (diag(exp(G)) Q)^T do - w^T dU (dh0 after the first chunk).
           Two per-chunk kernels then take every input gradient from dU and dh, in two so that
-          neither holds more than two [BT, BK] accumulators (one kernel holding all spilled
-          3.5-7.5 KB a thread on Hopper): `_bwd_output_kernel` the products of q and k with the
-          states, do and each other (dq, dk's first part), `_bwd_wy_kernel` the rest through
+          neither holds more than two [BT, BK] accumulators (one kernel holding all spilled on
+          Hopper): `_bwd_output_kernel` the products of q and k with the states, do and each
+          other (dq, dk's first part), `_bwd_wy_kernel` the rest through
           dw = -dU h^T, w = Ti Y and u = Ti X (Y = diag(beta exp(G)) K, X = diag(beta) V):
           dY = Ti^T dw, dX = Ti^T dU, dTi = dw Y^T + dU X^T, dA = -Ti^T dTi Ti^T (strictly lower).
 Two [BT, BT] products are needed transposed as well; each goes through per-chunk scratch and
@@ -774,8 +774,9 @@ def _settings(K, dtype, channel: bool) -> tuple:
     the walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
     pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the pair
     kernels (then on all of K) with 8 from K = 128. The backward's per-chunk kernels
-    (`bwd_output`, `bwd_wy`) take 4 warps at every K, though ptxas reports 1.3-3 KB of spills a
-    thread (their tiles are [64, 64] from K = 64 on, one or more key blocks): since the solve's
+    (`bwd_output`, `bwd_wy`) take 4 warps at every K, though `bwd_wy` spills 0.4-1.3 KB a thread
+    (ptxas, K = 64 and 128, bf16; `bwd_output` none without a gate, 0.7 KB with a scalar one;
+    their tiles are [64, 64] from K = 64 on, one or more key blocks): since the solve's
     gradient left the CUDA cores (`mma_tf32x3`), 4 warps took 1.32 and 1.30 ms against 8 warps'
     2.14 and 1.88 (delta_rule; forward+backward 5.37 against 6.77; gated_delta_rule 6.99 against
     7.91; kda's 1.85 and 1.69 against 2.24 and 2.00) at the bench shape on the H200, and 8 warps
