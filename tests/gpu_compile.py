@@ -3,7 +3,9 @@
 The interpreter hides what only the compiler rejects (loop-carried values that change shape, broadcasts
 of mismatched blocks, dtype clashes in `tl.dot`). `record_launches` runs a workload under the
 interpreter with launches recorded instead of executed, GPU numerics selected (bf16 dot operands, no
-fp32 stores); `compile_records` then compiles each distinct specialisation to sm_90 machine code in a
+fp32 stores), each with the specialisation a GPU's launcher gives its arguments (divisibility 16 of
+aligned pointers and ints, ints equal to 1 as constants: the loads vectorise as they do there);
+`compile_records` then compiles each distinct specialisation to sm_90 machine code in a
 process where `triton.jit` is the real compiler, and checks that its shared memory fits the GPU (a
 kernel over the limit compiles but fails at launch with OutOfResources) and that its software
 pipeline reads no buffer the next stage's copy is refilling (tests/pipeline_races.py).
