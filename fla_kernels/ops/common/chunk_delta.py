@@ -620,8 +620,6 @@ def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, dvnew, pairs, dAq
     o = tl.arange(0, BT)
     strict = o[:, None] > o[None, :]
     last = tl.minimum(T - c0, BT) - 1
-    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
-                                                  CHANNEL, i_k)
     b_dqh = tl.zeros([BT, BK], dtype=tl.float32)    # do h^T
     b_dkh = tl.zeros([BT, BK], dtype=tl.float32)    # U dh^T
     b_dw = tl.zeros([BT, BK], dtype=tl.float32)     # -dU h^T
@@ -645,35 +643,49 @@ def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, dvnew, pairs, dAq
         b_bound += tl.sum(b_ht * b_dht, axis=0)
     store_rows(dw, b_dw, row * K, c0, T, H, K, BT, BK, i_k)
 
+    # the decays after the V-loop, which reads none of them (shorter live ranges: fewer spills)
+    eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                                  CHANNEL, i_k)
     b_q = load_rows(q, row * K, c0, T, H, K, BT, BK, i_k)
     b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
-    b_dG = tl.zeros([BT], dtype=tl.float32)         # the scalar gate's
     # the state read by q: o += scale exp(G) q h
     b_dq = b_dqh * (eG * scale)
-    b_dGt = b_dq * b_q                               # per channel (summed for a scalar gate)
+    # the write into the leaving state: exp(G_L - G_s) k_s^T U_s, and exp(G_L) h
+    b_dGt = _own_gate_terms(b_dq, b_q, b_dkh, b_k, eLG, eL, b_bound, o, last, CHANNEL)
+    b_dkw = b_dkh * eLG
+    if CHANNEL:
+        store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, i_k)
+    b_own = tl.sum(b_dGt, axis=1)                    # the scalar gate's own terms
     # the pairs of o: scale Gamma * (Q K^T), read by U
     b_dqk = b_ds * gam * scale
     if CHANNEL:
         if i_k == 0:
             store_rows(dAqk, b_dqk, row * BT, c0, T, H, BT, BT, BT, 0)
-        b_dk = tl.zeros([BT, BK], dtype=tl.float32)
+        b_dk = b_dkw
     else:
         b_qk = mma(b_q, load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k), FP32_DOT, OPERAND_DTYPE)
         b_dq += mma(b_dqk, b_k, FP32_DOT, tl.float32)
         b_dk = mma(_transposed(pairs, b_dqk, row, c0, T, H, BT, NK, i_k), b_q, FP32_DOT, tl.float32)
+        b_dk += b_dkw
         b_z = tl.where(strict, b_dqk * b_qk, 0.0)    # this key block's part
-        b_dG += tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+        if GATED:
+            b_dG = tl.sum(b_z, axis=1) - tl.sum(b_z, axis=0)
+            store_rows(dgk, (b_dG + b_own)[:, None], row * NK, c0, T, H, NK, BT, 1, i_k)
     store_rows(dq, b_dq, row * K, c0, T, H, K, BT, BK, i_k)
-    # the write into the leaving state: exp(G_L - G_s) k_s^T U_s, and exp(G_L) h
-    b_dk += b_dkh * eLG
     store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
+
+
+@triton.jit
+def _own_gate_terms(b_dq, b_q, b_dkh, b_k, eLG, eL, b_bound, o, last, CHANNEL: tl.constexpr):
+    """[BT, BK] the gate gradient's terms of the chunk's own state reads and writes, per key
+    channel (a scalar gate sums them over the row): exp(G) of the state read by q (dq * q), and
+    the write exp(G_L - G_s) k_s^T U_s (+ on the last row, - on row s; the last row's own write
+    carries no gate) with exp(G_L) h (the last row; b_bound the sum over V of h * dh). Summed
+    before the pairs' products so that the tiles they read are not held through them."""
     b_y = tl.where((o < last)[:, None], b_dkh * b_k * eLG, 0.0)
     b_bound = tl.sum(eL * b_bound[:, None], axis=1) if CHANNEL else eL * b_bound
-    b_dGt += tl.where((o == last)[:, None], (tl.sum(b_y, axis=0) + b_bound)[None, :], 0.0) - b_y
-    if CHANNEL:
-        store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, i_k)
-    elif GATED:
-        store_rows(dgk, (b_dG + tl.sum(b_dGt, axis=1))[:, None], row * NK, c0, T, H, NK, BT, 1, i_k)
+    b_last = tl.where((o == last)[:, None], (tl.sum(b_y, axis=0) + b_bound)[None, :], 0.0)
+    return b_dq * b_q + (b_last - b_y)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -710,13 +722,14 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
     b_dG = tl.zeros([BT], dtype=tl.float32)         # the scalar gate's
     if GATED and not CHANNEL:
         b_dG += tl.sum(load_rows(dgk, row * NK, c0, T, H, NK, BT, NK, 0), axis=1)
-    b_kk = tl.zeros([BT, BT], dtype=tl.float32)     # K K^T without a gate per channel
     for i_k in range(NK):
         kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                          GATED, CHANNEL, i_k)
         b_dw = load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k)
-        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
+        # Y^T's part of dTi first, so that k^T and its decays are not held through the rest
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k)
+        b_dT += mma(b_dw, b_kt * (kG_t * b_beta[None, :]), FP32_DOT, tl.float32)
+        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_dY = _state_product(b_Tt, b_dw, FP32_DOT, OPERAND_DTYPE)
         b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (kG * b_beta[:, None])
         store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
@@ -727,8 +740,6 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
             store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, i_k)
         else:
             b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
-            b_kk += mma(b_k, b_kt, FP32_DOT, OPERAND_DTYPE)
-        b_dT += mma(b_dw, b_kt * (kG_t * b_beta[None, :]), FP32_DOT, tl.float32)
 
     # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) (Gamma * K K^T)); Akk with CHANNEL. The
     # solve's gradient near fp32 (three tf32 products; IEEE with FP32_DOT): with beta near 1,
@@ -737,9 +748,15 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
     # this kernel at the bench shape on an H200; the three tf32 ones come within 2^-22 of them
     b_dA = -mma_tf32x3(mma_tf32x3(b_Tt, b_dT, FP32_DOT), b_Tt, FP32_DOT)
     b_dA = tl.where(strict, b_dA, 0.0)
+    # K K^T and the pair decays formed after the solve's gradient, not held through it
     if CHANNEL:
         b_kk = load_rows(Akk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
+        b_kk = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_k in range(NK):
+            b_kk += mma(load_rows(k, row * K, c0, T, H, K, BT, BK, i_k),
+                        load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k), FP32_DOT, OPERAND_DTYPE)
+        gam = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)[5]
         b_kk = b_kk * gam
     b_r = b_dA * b_kk
     b_dbeta += tl.sum(b_r, axis=1)
@@ -774,8 +791,8 @@ def _settings(K, dtype, channel: bool) -> tuple:
     the walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
     pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the pair
     kernels (then on all of K) with 8 from K = 128. The backward's per-chunk kernels
-    (`bwd_output`, `bwd_wy`) take 4 warps at every K, though `bwd_wy` spills 0.4-1.3 KB a thread
-    (ptxas, K = 64 and 128, bf16; `bwd_output` none without a gate, 0.7 KB with a scalar one;
+    (`bwd_output`, `bwd_wy`) take 4 warps at every K, though `bwd_wy` spills 0.1-0.7 KB a thread
+    (ptxas as launched, K = 128, bf16; `bwd_output` none without a gate, 0.1-0.3 KB with one;
     their tiles are [64, 64] from K = 64 on, one or more key blocks): since the solve's
     gradient left the CUDA cores (`mma_tf32x3`), 4 warps took 1.32 and 1.30 ms against 8 warps'
     2.14 and 1.88 (delta_rule; forward+backward 5.37 against 6.77; gated_delta_rule 6.99 against
