@@ -7,8 +7,11 @@ and the spills are where its time goes (benchmarks/tuning.md, 2026-11-27).
 Launches are recorded under the interpreter as the sm_90 compile test records them
 (tests/gpu_compile.py), then each distinct specialisation is compiled and ptxas reports it:
 registers, spill stores and loads (bytes per thread), shared memory (bytes per block); with
---asm DIR also its TTGIR and PTX, to read what a change did to the loads and the products.
+--asm DIR also its TTGIR and PTX, to read what a change did to the loads and the products; with
+--where N, under each kernel that spills, the N source lines with the most spill instructions
+(tests/spill_sites.py: the innermost line, often a helper's).
 """
+import linecache
 import argparse
 import os
 
@@ -33,6 +36,8 @@ def main():
     parser.add_argument("--V", type=int, default=128)
     parser.add_argument("--M", type=int, default=64, help="slots per head (gsa)")
     parser.add_argument("--asm", metavar="DIR", help="also write each kernel's TTGIR and PTX into DIR/OP-VARIANT/")
+    parser.add_argument("--where", type=int, default=0, metavar="N",
+                        help="also the N source lines each spilling kernel spills at most")
     args = parser.parse_args()
     print("op variant kernel num_warps num_stages registers spill_stores spill_loads shared")
     for op in args.op.split(","):
@@ -43,11 +48,13 @@ def main():
             with recording_launches() as records:
                 execute(spec.variant_fn(variant), spec, case, make_inputs(spec, case, torch.device("cpu")))
             asm_dir = os.path.join(args.asm, f"{op}-{variant}") if args.asm else None
-            for r in compile_records(distinct(records), resources=True, asm_dir=asm_dir):
+            for r in compile_records(distinct(records), resources=True, asm_dir=asm_dir, sites=args.where > 0):
                 options = r.get("options", {})
                 print(op, variant, r["name"], options.get("num_warps"), options.get("num_stages"),
                       r.get("registers"), r.get("spill_stores"), r.get("spill_loads"), r.get("shared"),
                       "" if r["ok"] else r["error"].splitlines()[0], flush=True)
+                for path, line, n in r.get("spill_sites", [])[:args.where]:
+                    print(f"    {n:4d} at {os.path.basename(path)}:{line}: {linecache.getline(path, line).strip()}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import triton
 import triton.language as tl
 
 from fla_kernels.ops.common import dot
+from fla_kernels.ops.common.tiles import load_rows
 from harness.cases import Case
 from harness.registry import get_op
 from harness.runner import Implementation, run_case
@@ -76,6 +77,14 @@ def _unit_tile_scale(scales, s_idx):
     """A planted `tile_scale` that forgets the stored scale: the output kernel and the backward read
     the walk's fp16 states and U as they are stored."""
     return 1.0
+
+
+@triton.jit
+def _unscaled_du_block(du, dus, i_b, i_h, row, i_c, c0, T, NT, H: tl.constexpr, V: tl.constexpr,
+                       BT: tl.constexpr, BV: tl.constexpr, BVS: tl.constexpr, i_v, FP16_DU: tl.constexpr):
+    """A planted `_du_block` that forgets dU's scales: the backward's per-chunk kernels read the
+    backward walk's fp16 dU as it is stored."""
+    return load_rows(du, row * V, c0, T, H, V, BT, BV, i_v)
 
 
 PLANTED = {"bf16": _bf16_once, "tf32": _tf32_once, "unrounded": _unrounded}
@@ -172,7 +181,8 @@ def tf32_tiles(planted=""):
     of the chunked delta rule (B = 1, T = 70, H = 1, K = 100, V = 32, bf16, an initial state with
     its gradient; kda and gated_delta_rule); planted "unit_scales": the walks forget the scales of
     their fp16 operands (`_unit_scales`); "unit_state_scales": the output kernel and the backward
-    forget those of the walk's fp16 states and U (`_unit_tile_scale`)."""
+    forget those of the walk's fp16 states and U (`_unit_tile_scale`); "unscaled_du": those
+    of the backward walk's fp16 dU (`_unscaled_du_block`)."""
     from fla_kernels.ops.common import chunk_delta
     from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla_kernels.ops.kda import chunk_kda
@@ -180,11 +190,13 @@ def tf32_tiles(planted=""):
         chunk_delta.column_scales = _unit_scales
     elif planted == "unit_state_scales":
         chunk_delta.tile_scale = _unit_tile_scale
+    elif planted == "unscaled_du":
+        chunk_delta._du_block = _unscaled_du_block
     flags = []
     launch = chunk_delta.launch
 
     def recording(kernel, grid, *args, **kwargs):
-        flags.append(bool(kwargs.get("FP16_OPERANDS") or kwargs.get("FP16_STATES")))
+        flags.append(bool(kwargs.get("FP16_OPERANDS") or kwargs.get("FP16_STATES") or kwargs.get("FP16_DU")))
         return launch(kernel, grid, *args, **kwargs)
 
     chunk_delta.launch = recording

@@ -111,14 +111,15 @@ def distinct(records: list[dict]) -> list[dict]:
 
 
 def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200,
-                    resources: bool = False, asm_dir: str | None = None) -> list[dict]:
+                    resources: bool = False, asm_dir: str | None = None, sites: bool = False) -> list[dict]:
     """Compile each record for sm_<arch> in a fresh process; one {name, ok, error} per record, with
     resources also {registers, spill_stores, spill_loads} (bytes per thread) from ptxas. asm_dir:
     where each compiled record's TTGIR and PTX go, as NAME-INDEX.ttgir / .ptx (INDEX: its place in
-    records)."""
+    records). sites (with resources): also spill_sites, the source lines a spilling kernel spills
+    at most (tests/spill_sites.py)."""
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     command = ([sys.executable, "-m", "tests.gpu_compile", str(arch)] + (["resources"] if resources else [])
-               + ([f"asm={asm_dir}"] if asm_dir else []))
+               + (["sites"] if sites else []) + ([f"asm={asm_dir}"] if asm_dir else []))
     proc = subprocess.run(command, input=json.dumps(records), capture_output=True, text=True, env=env,
                           timeout=timeout)
     if proc.returncode != 0:
@@ -136,8 +137,9 @@ def _chain(exc: BaseException) -> str:
     return "\n caused by ".join(parts)
 
 
-def _resources(ptx: str, arch: int) -> dict:
-    """ptxas' register and spill counts of a compiled kernel's PTX (sm_<arch>a)."""
+def _resources(ptx: str, arch: int, sites: bool = False) -> dict:
+    """ptxas' register and spill counts of a compiled kernel's PTX (sm_<arch>a); with sites also
+    where it spills (`spill_sites.top_sites`), where it does."""
     import re
     import tempfile
     from triton.backends.nvidia.compiler import get_ptxas
@@ -148,8 +150,12 @@ def _resources(ptx: str, arch: int) -> dict:
                               capture_output=True, text=True)
     text = proc.stdout + proc.stderr
     number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, text)) else None
-    return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
-            "spill_loads": number(r"(\d+) bytes spill loads")}
+    found = {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
+             "spill_loads": number(r"(\d+) bytes spill loads")}
+    if sites and (found["spill_stores"] or found["spill_loads"]):
+        from tests.spill_sites import top_sites
+        found["spill_sites"] = top_sites(ptx, arch, get_ptxas(arch).path)
+    return found
 
 
 def _write_asm(asm_dir: str, stem: str, asm: dict):
@@ -160,7 +166,7 @@ def _write_asm(asm_dir: str, stem: str, asm: dict):
             f.write(asm[kind])
 
 
-def _compile_main(arch: int, resources: bool = False, asm_dir: str | None = None):
+def _compile_main(arch: int, resources: bool = False, asm_dir: str | None = None, sites: bool = False):
     import triton
     from tests.pipeline_races import stale_reads
     from triton.backends.compiler import BaseBackend, GPUTarget
@@ -188,7 +194,7 @@ def _compile_main(arch: int, resources: bool = False, asm_dir: str | None = None
                      f"(tests/pipeline_races.py): {races[0]}" if races else "")
             results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
                             "constexprs": rec["constexprs"], "options": rec["options"],
-                            **(_resources(compiled.asm["ptx"], arch) if resources else {})})
+                            **(_resources(compiled.asm["ptx"], arch, sites) if resources else {})})
         except Exception as exc:  # every failure is reported, the others still compile
             results.append({"name": rec["name"], "ok": False, "error": _chain(exc),
                             "constexprs": rec["constexprs"]})
@@ -197,4 +203,4 @@ def _compile_main(arch: int, resources: bool = False, asm_dir: str | None = None
 
 if __name__ == "__main__":
     asm = [a.split("=", 1)[1] for a in sys.argv[2:] if a.startswith("asm=")]
-    _compile_main(int(sys.argv[1]), "resources" in sys.argv[2:], asm[0] if asm else None)
+    _compile_main(int(sys.argv[1]), "resources" in sys.argv[2:], asm[0] if asm else None, "sites" in sys.argv[2:])

@@ -30,7 +30,8 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           from the walk to the output kernel and the backward, and where no backward follows
           the states (per chunk and V-block): every result is the same bit for bit as from
           float32 operands, short of fp16's subnormals (`TF32_TILES`; at the bench shape on the
-          H200, the forward of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65).
+          H200, the forward of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65). So
+          does kda's dU from the backward walk to the per-chunk kernels, for bf16 inputs.
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -553,16 +554,18 @@ def _bwd_local_kernel(q, k, g, gc, Aqk, do, dvnew, scale, T, H: tl.constexpr, K:
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, dh0, chunk_offsets, scale, T,
-                     NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, du, dus, dh0, chunk_offsets,
+                     scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, VARLEN: tl.constexpr,
-                     FP16_OPERANDS: tl.constexpr, BKS: tl.constexpr, FP32_DOT: tl.constexpr,
-                     OPERAND_DTYPE: tl.constexpr):
+                     FP16_OPERANDS: tl.constexpr, FP16_DU: tl.constexpr, BKS: tl.constexpr,
+                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk backwards: dhs [B, H, NT, K, V], the gradient of the state
-    leaving each chunk; dU [B, T, H, V] (dvnew holds the chunk's own part from
-    `_bwd_local_kernel`; the state's part is added); dh0 [N, H, K, V] when STORE_DH0; float32.
-    With FP16_OPERANDS w, qg and kg are the forward's fp16 tiles (`_scaled`)."""
+    leaving each chunk; dU [B, T, H, V] into du (dvnew holds the chunk's own part from
+    `_bwd_local_kernel`, to which the state's part is added; du may be dvnew itself); dh0
+    [N, H, K, V] when STORE_DH0; float32. With FP16_OPERANDS w, qg and kg are the forward's fp16
+    tiles (`_scaled`); with FP16_DU dU is stored as such a tile, a scale per chunk and V-block in
+    dus, as every later product reads it (`_store_operand`)."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     for i_r in range(c_hi - c_lo):
@@ -580,7 +583,8 @@ def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, dh
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_dU += _state_product(b_kg, b_dh, FP32_DOT, OPERAND_DTYPE)
-        store_rows(dvnew, b_dU, row * V, c0, T, H, V, BT, BV, i_v)
+        _store_operand(du, dus, _tile_index(i_row, i_c, NT, V, BV) + i_v, b_dU, row * V, c0, T, H, V, BT,
+                       BV, i_v, FP16_DU)
         b_dh = b_dh * eL + mma(b_qgt, b_do, FP32_DOT, tl.float32) * f
         b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
     if STORE_DH0:
@@ -601,18 +605,18 @@ def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr, NB: t
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, dvnew, pairs, dAqk, dq, dk, dw, dg, dgk,
+def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, du, dus, pairs, dAqk, dq, dk, dw, dg, dgk,
                        scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
-                       CHANNEL: tl.constexpr, FP16_U: tl.constexpr, BVS: tl.constexpr,
-                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                       CHANNEL: tl.constexpr, FP16_U: tl.constexpr, FP16_DU: tl.constexpr,
+                       BVS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per chunk and block of BK key columns, the products of q and k with the states, do and
     each other: dq [B, T, H, K] whole (with CHANNEL less the pairs' part, left to
     `pair_grads_kernel` through dAqk), dw = -dU h^T and the first parts of dk [B, T, H, K] and of
     the gate's gradient, float32, which `_bwd_wy_kernel` completes: per channel in dg
     [B, T, H, K], or per row and key block in dgk [B, T, H, key blocks] for a scalar gate.
     `pairs` [B, T, H, key blocks * BT] is the transposes' scratch. With FP16_U, U is the forward
-    walk's fp16 tiles (`_walk_tile_scale`)."""
+    walk's fp16 tiles, with FP16_DU dU the backward walk's (`_du_block`)."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_k, i_c, _, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     c0 = i_c * BT
@@ -637,7 +641,7 @@ def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, dvnew, pairs, dAq
             b_Ut = b_Ut * u_s
         b_dqh += mma(b_do, b_ht, FP32_DOT, tl.float32)
         b_dkh += _state_product(b_U, b_dht, FP32_DOT, OPERAND_DTYPE)
-        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dU = _du_block(du, dus, i_b, i_h, row, i_c, c0, T, NT, H, V, BT, BV, BVS, i_v, FP16_DU)
         b_dw -= _state_product(b_dU, b_ht, FP32_DOT, OPERAND_DTYPE)
         b_ds += mma(b_do, b_Ut, FP32_DOT, tl.float32)
         b_bound += tl.sum(b_ht * b_dht, axis=0)
@@ -688,16 +692,28 @@ def _own_gate_terms(b_dq, b_q, b_dkh, b_k, eLG, eL, b_bound, o, last, CHANNEL: t
     return b_dq * b_q + (b_last - b_y)
 
 
-@triton.jit(do_not_specialize=["T"])
-def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, dbeta, dg, dgk, T,
+@triton.jit
+def _du_block(du, dus, i_b, i_h, row, i_c, c0, T, NT, H: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+              BV: tl.constexpr, BVS: tl.constexpr, i_v, FP16_DU: tl.constexpr):
+    """[BT, BV] float32: V-block i_v of dU of the chunk at c0 as the backward walk stored it, with
+    FP16_DU an fp16 tile times its scale (`_walk_tile_scale`: the tf32 operand itself)."""
+    b_dU = load_rows(du, row * V, c0, T, H, V, BT, BV, i_v)
+    if FP16_DU:
+        b_dU = b_dU * _walk_tile_scale(dus, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+    return b_dU
+
+
+@triton.jit(do_not_specialize=["T", "NT"])
+def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv, dbeta, dg, dgk, T, NT,
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                   FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                   FP16_DU: tl.constexpr, BVS: tl.constexpr, FP32_DOT: tl.constexpr,
+                   OPERAND_DTYPE: tl.constexpr):
     """Per chunk, the gradients through U = u - w h, u = Ti X and w = Ti Y: dv [B, T, H, V] and
     dbeta [B, T, H] whole, the rest of dk (added to `_bwd_output_kernel`'s part, a block of BK
     key columns at a time) and of the gate's gradient, dg then the chunk-local reverse cumsum of
     dG for a scalar gate (with CHANNEL, dG so far, and the pairs' parts are left to
-    `pair_grads_kernel` through dAkk)."""
+    `pair_grads_kernel` through dAkk). With FP16_DU dU is the backward walk's fp16 tiles."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
@@ -710,7 +726,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk, dk, dv, d
     b_dT = tl.zeros([BT, BT], dtype=tl.float32)     # dU V^T, then dU X^T
     b_dbeta = tl.zeros([BT], dtype=tl.float32)
     for i_v in range(tl.cdiv(V, BV)):
-        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+        b_dU = _du_block(du, dus, i_b, i_h, row, i_c, c0, T, NT, H, V, BT, BV, BVS, i_v, FP16_DU)
         b_v = load_rows(v, row * V, c0, T, H, V, BT, BV, i_v)
         b_dT += mma(b_dU, load_rows_t(v, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT, tl.float32)
         b_dX = _state_product(b_Tt, b_dU, FP32_DOT, OPERAND_DTYPE)
@@ -992,10 +1008,19 @@ class ChunkDeltaFunction(torch.autograd.Function):
         launch(_bwd_local_kernel, flat_grid(NT, B * H), q, k, g, gc, Aqk, do, dvnew, ctx.scale, T, **modes,
                **settings["local"])
         walk = settings["bwd_walk"]
+        # dU as the tf32 products of the per-chunk kernels read it, where they read it so alone
+        # (bf16 inputs: fp16 ones split it into two tf32 parts in the WY kernel, `_state_product`)
+        # and the walk has room for the tile's scale: the per-channel walk (8 warps). The scalar
+        # gate's (4 warps, pipelined) then spilled 300 bytes a thread and took 0.27 ms more at the
+        # bench shape on the H200, more than its readers saved (benchmarks/tuning.md)
+        fp16_du = ws is not None and q.dtype == torch.bfloat16 and channel
+        assert walk["BV"] == settings["fwd_walk"]["BV"], "U and dU tiles share their scales' width"
+        du = torch.empty(B, T, H, V, dtype=torch.float16, device=q.device) if fp16_du else dvnew
+        dus = torch.empty(B * H * NT * triton.cdiv(V, walk["BV"]), **f32) if fp16_du else None
         launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, ws, qs,
-               ks, do, dht, dhs, dvnew, dh0, ctx.chunk_offsets, ctx.scale, T, NT, USE_DHT=dht is not None,
-               STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None, FP16_OPERANDS=ws is not None,
-               BKS=settings["prepare"]["BK"], **modes, **walk)
+               ks, do, dht, dhs, dvnew, du, dus, dh0, ctx.chunk_offsets, ctx.scale, T, NT,
+               USE_DHT=dht is not None, STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None,
+               FP16_OPERANDS=ws is not None, FP16_DU=fp16_du, BKS=settings["prepare"]["BK"], **modes, **walk)
 
         # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
         # kernel adds to dq, dk and dG); the per-chunk kernels take K a key block at a time
@@ -1008,11 +1033,12 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
         pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
-        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, us, do, dhs, dvnew,
-               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, FP16_U=us is not None,
-               BVS=settings["fwd_walk"]["BV"], **{**modes, **settings["bwd_output"]})
-        launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, dvnew, dw, pairs, dAkk,
-               dk, dv, dbeta, dg, dgk, T, **{**modes, **settings["bwd_wy"]})
+        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, us, do, dhs, du, dus,
+               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, FP16_U=us is not None, FP16_DU=fp16_du,
+               BVS=walk["BV"], **{**modes, **settings["bwd_output"]})
+        launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk,
+               dk, dv, dbeta, dg, dgk, T, NT, FP16_DU=fp16_du, BVS=walk["BV"],
+               **{**modes, **settings["bwd_wy"]})
         if channel:
             grads = settings["pair_grads"]
             blocks = triton.cdiv(K, grads["BK"]) * (CHUNK // PAIR_BLOCK)
