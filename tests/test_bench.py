@@ -134,3 +134,29 @@ def test_kernel_split_on_the_page_and_in_markdown():
     assert md.count("| _kernel_0 |") == 2 and "_kernel_3" not in md
     assert md.index("_kernel_0") < md.index("_kernel_1") < md.index("_kernel_2")
     assert "gla chunk · ours" in md and "gla chunk · fla" in md
+
+
+@pytest.mark.parametrize("planted", [False, True])
+def test_each_timed_backward_starts_from_no_gradients(monkeypatch, planted):
+    """A timed forward+backward pass assigns its inputs' gradients instead of adding them into the
+    previous pass's: the candidate sees every input without a gradient at each call. Planted: a
+    pass that keeps them (the bench before) is seen."""
+    from harness import bench
+    from harness.inputs import make_inputs
+    from tests.implementations import baseline_like
+    if planted:
+        monkeypatch.setattr(bench, "_backward_pass", lambda call, leaves, do: call(*leaves)[0].backward(do))
+    seen = []
+
+    def candidate(*args, **kw):
+        seen.append([x.grad is not None for x in args if isinstance(x, torch.Tensor) and x.requires_grad])
+        return baseline_like(*args, **kw)
+
+    spec = OPS["rwkv6"]
+    case = Case("rwkv6", "fp32", 1, 8, 1, 8, 8, "none", "normal", 0)
+    rows = bench.measure(bench.Candidate("ours", "chunk", "candidate", fn=candidate), spec, case,
+                         make_inputs(spec, case, "cpu"))
+    assert rows[-1]["phase"] == "fwd+bwd" and rows[-1]["median_ms"] > 0
+    timed = [s for s in seen if s]   # the forward's timed calls take inputs without autograd
+    assert len(timed) > 2
+    assert any(any(s) for s in timed) == planted, seen
