@@ -4,6 +4,7 @@ its disassembly; tested on made-up disassembly and on a kernel compiled for sm_9
 must not."""
 import fla_kernels  # noqa: F401  (sets the interpreter up before triton is imported)
 import inspect
+import os
 
 import torch
 import triton
@@ -65,7 +66,8 @@ def test_a_kernel_that_spills_names_its_lines_and_one_that_does_not_names_none()
     spilling, plain = compile_records(records, resources=True, sites=True)
     lines, first = inspect.getsourcelines(_live_tiles_kernel.fn)
     own = range(first, first + len(lines))
+    here = os.path.basename(__file__)   # Triton's cache keeps the path of the checkout that compiled it first
     assert spilling["ok"] and spilling["spill_stores"] > 0, spilling
-    assert spilling["spill_sites"] and all(path == __file__ and line in own
+    assert spilling["spill_sites"] and all(os.path.basename(path) == here and line in own
                                            for path, line, _ in spilling["spill_sites"]), spilling["spill_sites"]
     assert plain["ok"] and plain["spill_stores"] == 0 and "spill_sites" not in plain, plain
