@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from benchmarks.checkouts import HERE, env_for
+
 PHASES = ("fwd", "fwd+bwd")
 
 
@@ -24,8 +26,7 @@ def bench_in(tree: str, out: Path, bench_args: list[str], kernels: bool) -> None
     """`python -m harness bench` (our implementation, Triton's cache kept) run in tree into out."""
     command = [sys.executable, "-m", "harness", "bench", "--impls", "ours", "--warm-cache", *bench_args,
                "--out", str(out)] + (["--kernels"] if kernels else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, cwd=tree, env=env_for(tree), check=True, stdout=subprocess.DEVNULL)
 
 
 def summary(out: Path, rounds: int) -> str:
@@ -65,9 +66,8 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     out = Path(args.out)
-    here = str(Path(__file__).resolve().parent.parent)
     for r in range(1, args.rounds + 1):
-        for tree, folder in (("base", args.base), ("tree", here)):
+        for tree, folder in (("base", args.base), ("tree", str(HERE))):
             bench_in(folder, (out / f"{tree}-{r}").resolve(), bench_args, kernels=r == 1)
             print(f"{tree} round {r} done", flush=True)
     text = summary(out, args.rounds)

@@ -59,11 +59,12 @@ def results(ops, variants, dtypes, shapes) -> dict:
 
 
 def saved_in(tree: str, out: str, args) -> None:
-    """Run `results` in a fresh process whose imports come from tree, saved to out."""
+    """Run `results` in a fresh process whose imports come from tree, saved to out (this file runs
+    there as a script: the base need not have it)."""
+    from benchmarks.checkouts import env_for
     command = [sys.executable, os.path.abspath(__file__), "--save", out, "--op", args.op,
                "--dtype", args.dtype, "--shapes", args.shapes] + (["--variant", args.variant] if args.variant else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(tree), os.environ.get("PYTHONPATH", "")])}
-    subprocess.run(command, cwd=tree, env=env, check=True)
+    subprocess.run(command, cwd=tree, env=env_for(tree), check=True)
 
 
 def differences(base: dict, tree: dict) -> list[str]:
@@ -98,10 +99,10 @@ def main(argv=None) -> int:
         return 0
     if not args.base or not os.path.isdir(os.path.join(args.base, "fla_kernels")):
         parser.error("--base must name a checkout holding fla_kernels/")
+    from benchmarks.checkouts import HERE
     with tempfile.TemporaryDirectory() as tmp:
-        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         saved_in(args.base, os.path.join(tmp, "base.pt"), args)
-        saved_in(here, os.path.join(tmp, "tree.pt"), args)
+        saved_in(str(HERE), os.path.join(tmp, "tree.pt"), args)
         base, tree = torch.load(os.path.join(tmp, "base.pt")), torch.load(os.path.join(tmp, "tree.pt"))
     lines = differences(base, tree)
     for line in lines:

@@ -11,8 +11,8 @@ registers, spill stores and loads (bytes per thread), shared memory (bytes per b
 --where N, under each kernel that spills, the N source lines with the most spill instructions
 (tests/spill_sites.py: the innermost line, often a helper's).
 """
-import linecache
 import argparse
+import linecache
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")   # before triton: launches are recorded, not run

@@ -138,23 +138,25 @@ def _chain(exc: BaseException) -> str:
 
 
 def _resources(ptx: str, arch: int, sites: bool = False) -> dict:
-    """ptxas' register and spill counts of a compiled kernel's PTX (sm_<arch>a); with sites also
-    where it spills (`spill_sites.top_sites`), where it does."""
+    """ptxas' register and spill counts of a compiled kernel's PTX (sm_<arch>a); with sites the
+    same assembly carries line information and, where it spills, where (`spill_sites.top_sites`)."""
     import re
     import tempfile
     from triton.backends.nvidia.compiler import get_ptxas
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        proc = subprocess.run([get_ptxas(arch).path, "--gpu-name", f"sm_{arch}a", "-v", f.name, "-o", os.devnull],
-                              capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, text)) else None
-    found = {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
-             "spill_loads": number(r"(\d+) bytes spill loads")}
-    if sites and (found["spill_stores"] or found["spill_loads"]):
-        from tests.spill_sites import top_sites
-        found["spill_sites"] = top_sites(ptx, arch, get_ptxas(arch).path)
+    ptxas = get_ptxas(arch).path
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([ptxas, "--gpu-name", f"sm_{arch}a", "-v", *(["-lineinfo"] if sites else []), src,
+                               "-o", cubin], capture_output=True, text=True)
+        text = proc.stdout + proc.stderr
+        number = lambda pattern: int(m.group(1)) if (m := re.search(pattern, text)) else None
+        found = {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
+                 "spill_loads": number(r"(\d+) bytes spill loads")}
+        if sites and (found["spill_stores"] or found["spill_loads"]):
+            from tests.spill_sites import top_sites
+            found["spill_sites"] = top_sites(cubin, os.path.join(os.path.dirname(ptxas), "nvdisasm"))
     return found
 
 

@@ -1,15 +1,13 @@
-"""Where a compiled kernel spills: its PTX assembled with line information, disassembled, and each
-local-memory store and load (STL, LDL: ptxas' spills) counted at the source line the
+"""Where a compiled kernel spills: its cubin, assembled with line information, disassembled, and
+each local-memory store and load (STL, LDL: ptxas' spills) counted at the source line the
 disassembler names for it. The line is the innermost one (a helper's, where the spilled value was
 made or read inside a called @triton.jit function): nvdisasm has no inlining chain for Triton's
 PTX."""
 from __future__ import annotations
 
 import collections
-import os
 import re
 import subprocess
-import tempfile
 
 _LOCATION = re.compile(r'//## File "([^"]+)", line (\d+)')
 _SPILL = re.compile(r"\b(STL|LDL)(\.\w+)*\s")
@@ -28,20 +26,9 @@ def spill_lines(sass: str) -> collections.Counter:
     return counts
 
 
-def disassembly(ptx: str, arch: int, ptxas: str) -> str:
-    """The SASS of ptx for sm_<arch>a with source lines, from ptxas and the nvdisasm beside it."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src, cubin = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        subprocess.run([ptxas, "--gpu-name", f"sm_{arch}a", "-lineinfo", src, "-o", cubin], check=True,
-                       capture_output=True)
-        nvdisasm = os.path.join(os.path.dirname(ptxas), "nvdisasm")
-        return subprocess.run([nvdisasm, "--print-line-info", cubin], check=True, capture_output=True,
-                              text=True).stdout
-
-
-def top_sites(ptx: str, arch: int, ptxas: str, count: int = 8) -> list[list]:
-    """The count source lines with the most spill instructions, as [path, line, instructions]."""
-    return [[path, line, n] for (path, line), n in
-            spill_lines(disassembly(ptx, arch, ptxas)).most_common(count)]
+def top_sites(cubin: str, nvdisasm: str, count: int = 8) -> list[list]:
+    """The count source lines of cubin (assembled with -lineinfo) with the most spill instructions,
+    as [path, line, instructions]."""
+    sass = subprocess.run([nvdisasm, "--print-line-info", cubin], check=True, capture_output=True,
+                          text=True).stdout
+    return [[path, line, n] for (path, line), n in spill_lines(sass).most_common(count)]

@@ -1,20 +1,15 @@
 """`python -m benchmarks.ab_bench`: a base tree and this one benched alternately, every phase's
 median per tree and round in the summary, and per kernel both trees' times (from made-up runs:
 the kernel split needs a GPU)."""
-import shutil
-from pathlib import Path
-
 import pandas as pd
 
 from benchmarks.ab_bench import main, summary
+from benchmarks.checkouts import copy_code
 
 
 def test_both_trees_are_benched_and_summed_up(tmp_path, capsys):
-    root = Path(__file__).resolve().parent.parent
-    for name in ("fla_kernels", "harness", "references", "reports"):
-        shutil.copytree(root / name, tmp_path / "base" / name, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "ab"
-    assert main(["--base", str(tmp_path / "base"), "--out", str(out), "--rounds", "1", "--op", "rwkv6",
+    assert main(["--base", str(copy_code(tmp_path / "base")), "--out", str(out), "--rounds", "1", "--op", "rwkv6",
                  "--variant", "fused_recurrent", "--B", "1", "--T", "20", "--H", "1", "--K", "16", "--V", "16"]) == 0
     rows = [line for line in (out / "summary.md").read_text().splitlines() if line.startswith("| rwkv6 |")]
     assert [line.split(" | ")[2] for line in rows] == ["fwd", "fwd+bwd"]
