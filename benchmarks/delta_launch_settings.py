@@ -47,8 +47,8 @@ def main(op: str, out: str):
         return launch
 
     def settings_under(BV):
-        def settings(K, dtype, channel):
-            BK, chosen = own_settings(K, dtype, channel)
+        def settings(*args):
+            BK, chosen = own_settings(*args)
             return BK, {name: {**s, "BV": BV} if "BV" in s else s for name, s in chosen.items()}
         return settings
 

@@ -179,11 +179,12 @@ def tf32_tiles(planted=""):
     """{op: [o, final state, every gradient the same bit for bit as with float32 operands
     (`TF32_TILES` off), o and final state without autograd those of training, fp16 tiles used]}
     of the chunked delta rule (B = 1, T = 70, H = 1, K = 100, V = 32, bf16, an initial state with
-    its gradient; kda and gated_delta_rule); planted "unit_scales": the walks forget the scales of
-    their fp16 operands (`_unit_scales`); "unit_state_scales": the output kernel and the backward
-    forget those of the walk's fp16 states and U (`_unit_tile_scale`); "unscaled_du": those
-    of the backward walk's fp16 dU (`_unscaled_du_block`)."""
+    its gradient; kda, gated_delta_rule and delta_rule); planted "unit_scales": the walks forget
+    the scales of their fp16 operands (`_unit_scales`); "unit_state_scales": the output kernel and
+    the backward forget those of the walk's fp16 states and U (`_unit_tile_scale`);
+    "unscaled_du": those of the backward walk's fp16 dU (`_unscaled_du_block`)."""
     from fla_kernels.ops.common import chunk_delta
+    from fla_kernels.ops.delta_rule import chunk_delta_rule
     from fla_kernels.ops.gated_delta_rule import chunk_gated_delta_rule
     from fla_kernels.ops.kda import chunk_kda
     if planted == "unit_scales":
@@ -196,7 +197,7 @@ def tf32_tiles(planted=""):
     launch = chunk_delta.launch
 
     def recording(kernel, grid, *args, **kwargs):
-        flags.append(bool(kwargs.get("FP16_OPERANDS") or kwargs.get("FP16_STATES") or kwargs.get("FP16_DU")))
+        flags.append(any(kwargs.get(f"FP16_{x}") for x in ("OPERANDS", "STATES", "DU")))
         return launch(kernel, grid, *args, **kwargs)
 
     chunk_delta.launch = recording
@@ -213,13 +214,14 @@ def tf32_tiles(planted=""):
     gen = torch.Generator().manual_seed(0)
     out = {}
     for op, fn, gate_shape in (("kda", chunk_kda, (1, 70, 1, 100)),
-                               ("gated_delta_rule", chunk_gated_delta_rule, (1, 70, 1))):
+                               ("gated_delta_rule", chunk_gated_delta_rule, (1, 70, 1)),
+                               ("delta_rule", chunk_delta_rule, None)):
         q, k = (torch.randn(1, 70, 1, 100, generator=gen) for _ in range(2))
         k = torch.nn.functional.normalize(k, dim=-1)
         v = torch.randn(1, 70, 1, 32, generator=gen)
-        g = torch.nn.functional.logsigmoid(torch.randn(gate_shape, generator=gen)) / 4
+        g = None if gate_shape is None else torch.nn.functional.logsigmoid(torch.randn(gate_shape, generator=gen)) / 4
         beta = torch.rand(1, 70, 1, generator=gen).sigmoid()
-        inputs = [t.bfloat16().to(DEVICE) for t in (q, k, v, g, beta)]
+        inputs = [t.bfloat16().to(DEVICE) for t in (q, k, v, g, beta) if t is not None]
         h0 = torch.randn(1, 1, 100, 32, generator=gen).to(DEVICE)
         flags.clear()
         outputs, grads, inference = results(fn, inputs, h0, True)

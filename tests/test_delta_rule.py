@@ -353,22 +353,26 @@ def test_kda_forward_without_autograd_stores_nothing_for_a_backward(monkeypatch,
 
 def test_fp16_tf32_tiles_give_what_float32_operands_give():
     """The delta walks' computed operands, U and (kda, bf16 inputs) dU travel in fp16 with a
-    power-of-two scale per tile, and without autograd the scalar gate's states too
+    power-of-two scale per tile, and so do the scalar gates' states without autograd, and
+    delta_rule's in training too (bf16 inputs)
     (ops/common/tf32_storage.py); with the tensor cores (emulated on a CPU) o, the final state and
     every gradient are the same bit for bit as with float32 operands, and o and the final state
-    without autograd are training's (kda, gated_delta_rule). Tested both ways: walks that forget
-    their operands' scales give another o; readers that forget the states' and U's give other
-    gradients, and for the scalar gate another o (kda's walk writes o itself); readers that forget
-    dU's give kda other gradients alone (the scalar gate's dU stays float32)."""
+    without autograd are training's. Tested both ways: walks that forget their operands' scales
+    give another o; readers that forget the states' and U's give other gradients, and for the
+    scalar gates another o (kda's walk writes o itself; gated_delta_rule's training states stay
+    float32, so its o without autograd is no longer training's); readers that forget dU's give
+    kda other gradients alone (the scalar gates' dU stays float32)."""
     ours = emulated("tf32_tiles")
-    assert ours == {"kda": [True] * 5, "gated_delta_rule": [True] * 5}, ours
+    assert ours == {"kda": [True] * 5, "gated_delta_rule": [True] * 5, "delta_rule": [True] * 5}, ours
     planted = emulated("tf32_tiles", "unit_scales")
     assert all(used and not same_o for same_o, _, _, _, used in planted.values()), planted
     states = emulated("tf32_tiles", "unit_state_scales")
     assert states == {"kda": [True, True, False, True, True],
-                      "gated_delta_rule": [False, True, False, False, True]}, states
+                      "gated_delta_rule": [False, True, False, False, True],
+                      "delta_rule": [False, True, False, True, True]}, states
     du = emulated("tf32_tiles", "unscaled_du")
-    assert du == {"kda": [True, True, False, True, True], "gated_delta_rule": [True] * 5}, du
+    assert du == {"kda": [True, True, False, True, True], "gated_delta_rule": [True] * 5,
+                  "delta_rule": [True] * 5}, du
 
 
 @pytest.mark.parametrize("reverse", [False, True])

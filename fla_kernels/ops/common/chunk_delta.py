@@ -27,8 +27,9 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           (no autograd) neither U nor the states are stored. w (and qg, kg) travel from the
           prepare kernel to both walks as their tf32 products read them, in half the bytes
           (fp16 with a power-of-two scale per chunk and key block, tf32_storage.py); so does U
-          from the walk to the output kernel and the backward, and where no backward follows
-          the states (per chunk and V-block): every result is the same bit for bit as from
+          from the walk to the output kernel and the backward, and the states (per chunk and
+          V-block) where no backward follows or, in delta_rule's training with bf16 inputs,
+          where the backward too reads them through tf32 products alone: every result is the same bit for bit as from
           float32 operands, short of fp16's subnormals (`TF32_TILES`; at the bench shape on the
           H200, the forward of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65). So
           does kda's dU from the backward walk to the per-chunk kernels, for bf16 inputs.
@@ -605,18 +606,20 @@ def _transposed(pairs, b_x, row, c0, T, H: tl.constexpr, BT: tl.constexpr, NB: t
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, du, dus, pairs, dAqk, dq, dk, dw, dg, dgk,
-                       scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+def _bwd_output_kernel(q, k, g, gc, states, hs, vnew, us, do, dhs, du, dus, pairs, dAqk, dq, dk, dw, dg,
+                       dgk, scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
                        BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
-                       CHANNEL: tl.constexpr, FP16_U: tl.constexpr, FP16_DU: tl.constexpr,
-                       BVS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                       CHANNEL: tl.constexpr, FP16_STATES: tl.constexpr, FP16_U: tl.constexpr,
+                       FP16_DU: tl.constexpr, BVS: tl.constexpr, FP32_DOT: tl.constexpr,
+                       OPERAND_DTYPE: tl.constexpr):
     """Per chunk and block of BK key columns, the products of q and k with the states, do and
     each other: dq [B, T, H, K] whole (with CHANNEL less the pairs' part, left to
     `pair_grads_kernel` through dAqk), dw = -dU h^T and the first parts of dk [B, T, H, K] and of
     the gate's gradient, float32, which `_bwd_wy_kernel` completes: per channel in dg
     [B, T, H, K], or per row and key block in dgk [B, T, H, key blocks] for a scalar gate.
-    `pairs` [B, T, H, key blocks * BT] is the transposes' scratch. With FP16_U, U is the forward
-    walk's fp16 tiles, with FP16_DU dU the backward walk's (`_du_block`)."""
+    `pairs` [B, T, H, key blocks * BT] is the transposes' scratch. With FP16_STATES the states,
+    with FP16_U U, are the forward walk's fp16 tiles, with FP16_DU dU the backward walk's
+    (`_walk_tile_scale`, `_du_block`)."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_k, i_c, _, i_b, i_h, row = head_program(T, H, tl.cdiv(K, BK), tl.cdiv(T, BT))
     c0 = i_c * BT
@@ -632,6 +635,8 @@ def _bwd_output_kernel(q, k, g, gc, states, vnew, us, do, dhs, du, dus, pairs, d
     for i_v in range(tl.cdiv(V, BV)):
         b_ht = load_state(states, index, K, V, BK, BV, i_k, i_v, True)
         b_dht = load_state(dhs, index, K, V, BK, BV, i_k, i_v, True)
+        if FP16_STATES:
+            b_ht = b_ht * _walk_tile_scale(hs, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
         b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
         b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
         b_Ut = load_rows_t(vnew, row * V, c0, T, H, V, BT, BV, i_v)
@@ -734,7 +739,10 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv,
         b_dbeta += tl.sum(b_dX * b_v, axis=1)
     b_dT = b_dT * b_beta[None, :]
 
-    # w = Ti Y with Y = diag(beta) exp(G) K, a key block at a time
+    # w = Ti Y with Y = diag(beta) exp(G) K, a key block at a time: Y^T's part of dTi first (so
+    # that k^T and its decays are not held through the rest); dY's parts with it where the pairs'
+    # gradient is left to `pair_grads_kernel` (CHANNEL), else once dA is known, so that dk is
+    # read and written once
     b_dG = tl.zeros([BT], dtype=tl.float32)         # the scalar gate's
     if GATED and not CHANNEL:
         b_dG += tl.sum(load_rows(dgk, row * NK, c0, T, H, NK, BT, NK, 0), axis=1)
@@ -742,20 +750,16 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv,
         kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                          GATED, CHANNEL, i_k)
         b_dw = load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k)
-        # Y^T's part of dTi first, so that k^T and its decays are not held through the rest
         b_kt = load_rows_t(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_dT += mma(b_dw, b_kt * (kG_t * b_beta[None, :]), FP32_DOT, tl.float32)
-        b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
-        b_dY = _state_product(b_Tt, b_dw, FP32_DOT, OPERAND_DTYPE)
-        b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (kG * b_beta[:, None])
-        store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
-        b_kdY = b_dY * b_k * kG
-        b_dbeta += tl.sum(b_kdY, axis=1)
         if CHANNEL:
+            b_dk, b_kdY = _key_block_grads(b_Tt, b_dw, load_rows(k, row * K, c0, T, H, K, BT, BK, i_k), dk,
+                                           row, c0, T, H, K, BT, BK, i_k, kG, b_beta, FP32_DOT,
+                                           OPERAND_DTYPE)
+            store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
+            b_dbeta += tl.sum(b_kdY, axis=1)
             b_dGt = load_rows(dg, row * K, c0, T, H, K, BT, BK, i_k) + b_kdY * b_beta[:, None]
             store_rows(dg, b_dGt, row * K, c0, T, H, K, BT, BK, i_k)
-        else:
-            b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
 
     # Ti = (I + A)^{-1}, A = strictly_lower(diag(beta) (Gamma * K K^T)); Akk with CHANNEL. The
     # solve's gradient near fp32 (three tf32 products; IEEE with FP32_DOT): with beta near 1,
@@ -775,26 +779,46 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv,
         gam = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)[5]
         b_kk = b_kk * gam
     b_r = b_dA * b_kk
-    b_dbeta += tl.sum(b_r, axis=1)
-    _store_vec(dbeta, b_dbeta, row, c0, T, H, BT)
+    b_dbeta_r = tl.sum(b_r, axis=1)                  # added last, as the sums before it were
     b_dAk = b_dA * b_beta[:, None]
     if CHANNEL:
         store_rows(dAkk, b_dAk, row * BT, c0, T, H, BT, BT, BT, 0)
     else:
-        if GATED:
-            b_r = b_r * b_beta[:, None]
-            b_dG += tl.sum(b_r, axis=1) - tl.sum(b_r, axis=0)
-            _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
+        b_rG = b_r * b_beta[:, None]
+        b_rG = tl.sum(b_rG, axis=1) - tl.sum(b_rG, axis=0)
         b_dAk = b_dAk * gam
         b_dAkt = _transposed(pairs, b_dAk, row, c0, T, H, BT, NK, 0)
         for i_k in range(NK):
+            kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                             GATED, CHANNEL, i_k)
             b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
-            b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k)
+            b_dk, b_kdY = _key_block_grads(b_Tt, load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k), b_k, dk,
+                                           row, c0, T, H, K, BT, BK, i_k, kG, b_beta, FP32_DOT,
+                                           OPERAND_DTYPE)
             b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32) + mma(b_dAkt, b_k, FP32_DOT, tl.float32)
             store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
+            b_dbeta += tl.sum(b_kdY, axis=1)
+            b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
+        if GATED:
+            b_dG += b_rG
+            _store_vec(dg, tl.cumsum(b_dG, axis=0, reverse=True), row, c0, T, H, BT)
+    b_dbeta += b_dbeta_r
+    _store_vec(dbeta, b_dbeta, row, c0, T, H, BT)
 
 
-def _settings(K, dtype, channel: bool) -> tuple:
+@triton.jit
+def _key_block_grads(b_Tt, b_dw, b_k, dk, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                     BK: tl.constexpr, i_k, kG, b_beta, FP32_DOT: tl.constexpr,
+                     OPERAND_DTYPE: tl.constexpr):
+    """(key block i_k of dk as `_bwd_output_kernel` left it plus w = Ti Y's part, and
+    dY * k * exp(G): the block's terms of dbeta and of the gate's gradient) through dY = Ti^T dw,
+    Y = diag(beta exp(G)) K; b_k is the block of k."""
+    b_dY = _state_product(b_Tt, b_dw, FP32_DOT, OPERAND_DTYPE)
+    b_dk = load_rows(dk, row * K, c0, T, H, K, BT, BK, i_k) + b_dY * (kG * b_beta[:, None])
+    return b_dk, b_dY * b_k * kG
+
+
+def _settings(K, dtype, gated: bool, channel: bool) -> tuple:
     """(BK, {kernel: launch settings}): all of K in one block (at least 16, a dot's smallest); per
     kernel its V-block width BV and num_warps (and num_stages of the walks), and a key block BK
     for those that take K a block at a time: 32 columns for the pair kernels and the prepare
@@ -829,7 +853,11 @@ def _settings(K, dtype, channel: bool) -> tuple:
     pipelined 2.73, unpipelined 2.96, 32-wide V-blocks 2.94-3.49, the forward with the output
     kernel 2.98; in training (the walk storing the states and U as well) 4 warps and 8 pipelined
     were alike (benchmarks/tuning.md). Other ops keep the output kernel.
-    V-blocks of the per-chunk kernels are 32 wide (see the module's note on Triton 3.6)."""
+    V-blocks of the per-chunk kernels are 32 wide (see the module's note on Triton 3.6).
+    Without a gate, `bwd_output` pipelines its V-loop for bf16 inputs (2 stages): 1.16 ms against
+    1.27 at the bench shape on the H200 (delta_rule); with a gate it spills more and was slower
+    (1.81 against 1.75, gated_delta_rule), and with fp16 inputs' split products it spills 252
+    bytes a thread pipelined against 88 (ptxas, K = 128; benchmarks/tuning.md)."""
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
@@ -844,8 +872,9 @@ def _settings(K, dtype, channel: bool) -> tuple:
     else:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     prepare = dict(per_chunk, BK=min(BK, 64 if channel else 32))
+    bwd_output = dict(bwd_blocks, num_stages=2) if dtype == torch.bfloat16 and not gated else bwd_blocks
     return BK, dict(prepare=prepare, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
-                    bwd_walk=bwd_walk, bwd_output=bwd_blocks, bwd_wy=bwd_blocks, pairs=pairs,
+                    bwd_walk=bwd_walk, bwd_output=bwd_output, bwd_wy=bwd_blocks, pairs=pairs,
                     pair_grads=pair_grads)
 
 
@@ -904,6 +933,16 @@ def chunk_reverse_cumsum(x: torch.Tensor, chunk: int, dtype: torch.dtype) -> tor
     return _chunk_cumsum(x, chunk, dtype, True)
 
 
+def _states_as_tiles(dtype: torch.dtype, g) -> bool:
+    """Whether training keeps the states entering each chunk as fp16 tf32 tiles
+    (`_store_state_operand`): where the backward reads them only through tf32 products, so that
+    every result is the same bit for bit. bf16 inputs without a gate: fp16 inputs split the
+    states into two tf32 parts (`_state_product`), and a scalar gate's gradient sums h * dh
+    elementwise (`_bwd_output_kernel`'s b_bound). (The state gradients as such tiles too gained
+    nothing at the bench shape on the H200: benchmarks/tuning.md.)"""
+    return dtype == torch.bfloat16 and g is None
+
+
 @compiles_ahead
 def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, chunk_offsets=None):
     """(o, the final state or None): the forward kernels. ctx: the autograd context, which keeps
@@ -918,7 +957,7 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     N, NT = state_count(B, chunk_offsets), triton.cdiv(T, CHUNK)
     f32 = dict(dtype=torch.float32, device=q.device)
     channel = g is not None and g.dim() == 4
-    BK, settings = _settings(K, q.dtype, channel)
+    BK, settings = _settings(K, q.dtype, g is not None, channel)
     modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
                  **product_settings(q.dtype))
     gc = Akk = Aqk = None
@@ -943,8 +982,8 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     walk = settings["fwd_walk"]
     store = ctx is not None or not channel   # the output kernel or the backward reads them
     # U travels to the output kernel and the backward as their tf32 products read it, fp16 with a
-    # scale per chunk and V-block, and so do the states where only the output kernel reads them
-    fp16_states = ctx is None and fp16_operands and not channel
+    # scale per chunk and V-block, and so do the states where only such products read them
+    fp16_states = fp16_operands and not channel and (ctx is None or _states_as_tiles(q.dtype, g))
     half = dict(f32, dtype=torch.float16)
     scales = B * H * NT * triton.cdiv(V, walk["BV"])
     states = torch.empty(B, H, NT, K, V, **(half if fp16_states else f32)) if store else None
@@ -962,7 +1001,7 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
                T, NT, FP16_STATES=fp16_states, FP16_U=us is not None, BVS=walk["BV"], **modes, **output)
     if ctx is not None:
         save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs,
-                     ks, states, vnew, us, chunk_offsets=chunk_offsets, initial_state=initial_state)
+                     ks, states, hs, vnew, us, chunk_offsets=chunk_offsets, initial_state=initial_state)
         ctx.set_materialize_grads(False)
     return o.to(v.dtype), ht
 
@@ -990,14 +1029,14 @@ class ChunkDeltaFunction(torch.autograd.Function):
     @staticmethod
     @compiles_ahead
     def backward(ctx, do, dht):
-        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs, ks, states, vnew, us = ctx.saved_tensors
+        q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs, ks, states, hs, vnew, us = ctx.saved_tensors
         need_h0 = ctx.needs_input_grad[6] and ctx.h0_dtype is not None
         B, T, H, K = q.shape
         V = v.shape[-1]
         N, NT = state_count(B, ctx.chunk_offsets), triton.cdiv(T, CHUNK)
         f32 = dict(dtype=torch.float32, device=q.device)
         channel = gc is not None
-        BK, settings = _settings(K, q.dtype, channel)
+        BK, settings = _settings(K, q.dtype, g is not None, channel)
         modes = dict(H=H, K=K, V=V, BT=CHUNK, BK=BK, GATED=g is not None, CHANNEL=channel,
                      **product_settings(q.dtype))
         do, dht = upstream(ctx, v, do, dht)
@@ -1033,9 +1072,9 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
         pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
-        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, vnew, us, do, dhs, du, dus,
-               pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, FP16_U=us is not None, FP16_DU=fp16_du,
-               BVS=walk["BV"], **{**modes, **settings["bwd_output"]})
+        launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, hs, vnew, us, do, dhs, du,
+               dus, pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, FP16_STATES=hs is not None,
+               FP16_U=us is not None, FP16_DU=fp16_du, BVS=walk["BV"], **{**modes, **settings["bwd_output"]})
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk,
                dk, dv, dbeta, dg, dgk, T, NT, FP16_DU=fp16_du, BVS=walk["BV"],
                **{**modes, **settings["bwd_wy"]})
