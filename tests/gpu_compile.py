@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from unittest import mock
 
 import torch
 
-OPTION_NAMES = ("num_warps", "num_stages")
+OPTION_NAMES = ("num_warps", "num_stages", "maxnreg")
 SHARED_MEMORY_LIMIT = {90: 232448}  # bytes a block may opt in to (H100: 227 KiB)
 
 
@@ -86,14 +87,24 @@ def _describe_launch(fn, args, kwargs, jit_options: dict) -> dict:
             "constexprs": constexprs, "attrs": attrs, "options": options}
 
 
+def _programs(grid, fn, args, kwargs: dict) -> int:
+    """How many programs a launch of fn on `grid` runs: a tuple, or as Triton takes it a function
+    of the launch's arguments by name."""
+    if callable(grid):
+        grid = grid({**dict(zip(inspect.signature(fn).parameters, args)), **kwargs})
+    return math.prod(int(d) for d in grid)
+
+
 @contextmanager
 def recording_launches():
-    """Within the block, kernel launches are recorded (list yielded) and not executed."""
+    """Within the block, kernel launches are recorded (list yielded, each with its `programs`)
+    and not executed."""
     from triton.runtime.interpreter import InterpretedFunction
     records = []
 
     def record(self, *args, grid, warmup, **kwargs):
-        records.append(_describe_launch(self.fn, args, kwargs, self.kwargs))
+        records.append({**_describe_launch(self.fn, args, kwargs, self.kwargs),
+                        "programs": _programs(grid, self.fn, args, kwargs)})
 
     with mock.patch.object(InterpretedFunction, "run", record), \
             mock.patch("fla_kernels.precision.interpreter_numerics", return_value=False):
@@ -101,19 +112,22 @@ def recording_launches():
 
 
 def distinct(records: list[dict]) -> list[dict]:
-    seen, result = set(), []
+    """One record per specialisation, in first-launch order, with the most programs any of its
+    launches ran."""
+    result = {}
     for rec in records:
-        key = json.dumps(rec, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            result.append(rec)
-    return result
+        key = json.dumps({k: v for k, v in rec.items() if k != "programs"}, sort_keys=True)
+        if key in result:
+            result[key]["programs"] = max(result[key].get("programs", 0), rec.get("programs", 0))
+        else:
+            result[key] = dict(rec)
+    return list(result.values())
 
 
 def compile_records(records: list[dict], arch: int = 90, timeout: float = 1200,
                     resources: bool = False, asm_dir: str | None = None, sites: bool = False) -> list[dict]:
-    """Compile each record for sm_<arch> in a fresh process; one {name, ok, error} per record, with
-    resources also {registers, spill_stores, spill_loads} (bytes per thread) from ptxas. asm_dir:
+    """Compile each record for sm_<arch> in a fresh process; one {name, ok, error, programs} per
+    record, with resources also {registers, spill_stores, spill_loads} (bytes per thread) from ptxas. asm_dir:
     where each compiled record's TTGIR and PTX go, as NAME-INDEX.ttgir / .ptx (INDEX: its place in
     records). sites (with resources): also spill_sites, the source lines a spilling kernel spills
     at most (tests/spill_sites.py)."""
@@ -196,10 +210,11 @@ def _compile_main(arch: int, resources: bool = False, asm_dir: str | None = None
                      f"(tests/pipeline_races.py): {races[0]}" if races else "")
             results.append({"name": rec["name"], "ok": not error, "error": error, "shared": shared,
                             "constexprs": rec["constexprs"], "options": rec["options"],
+                            "programs": rec.get("programs"),
                             **(_resources(compiled.asm["ptx"], arch, sites) if resources else {})})
         except Exception as exc:  # every failure is reported, the others still compile
             results.append({"name": rec["name"], "ok": False, "error": _chain(exc),
-                            "constexprs": rec["constexprs"]})
+                            "constexprs": rec["constexprs"], "programs": rec.get("programs")})
     print(json.dumps(results))
 
 
