@@ -29,10 +29,11 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           (fp16 with a power-of-two scale per chunk and key block, tf32_storage.py); so does U
           from the walk to the output kernel and the backward, and the states (per chunk and
           V-block) where no backward follows or, in delta_rule's training with bf16 inputs,
-          where the backward too reads them through tf32 products alone: every result is the same bit for bit as from
-          float32 operands, short of fp16's subnormals (`TF32_TILES`; at the bench shape on the
-          H200, the forward of kda 2.22 ms against 2.35, of delta_rule 1.55 against 1.65). So
-          does kda's dU from the backward walk to the per-chunk kernels, for bf16 inputs.
+          where the backward too reads them through tf32 products alone: every result is the
+          same bit for bit as from float32 operands, short of fp16's subnormals (`TF32_TILES`;
+          at the bench shape on the H200, the forward of kda 2.22 ms against 2.35, of
+          delta_rule 1.55 against 1.65). So does kda's dU from the backward walk to the
+          per-chunk kernels, for bf16 inputs.
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
