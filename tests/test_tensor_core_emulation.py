@@ -65,14 +65,16 @@ def built_and_planted(args, planted, passing):
 
 
 def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
-    """dw = -dU h^T of the chunked delta rule's backward with fp16 inputs: h as hi + lo tf32
-    parts (`mma_tf32_split_rhs`). One tf32 rounding of h, as fine as fp16's own, is shared by
-    every row of the chunk and leaned dbeta's sum over t to 1.07 times its bound on an H200 (this
-    case, seed 0), while every element passed."""
+    """dw = -dU h^T and dU += k dh of the chunked delta rule's backward with fp16 inputs: the
+    state and its gradient as hi + lo tf32 parts (`mma_tf32_split_rhs`, and on fp16 tensor cores
+    in the backward walk `mma_fp16_split_rhs`). One tf32 rounding of them, as fine as fp16's own,
+    is shared by every row of the chunk and leaned dbeta's sum over t to 1.07 times its bound on
+    an H200 (this case, seed 0), while every element passed."""
     args = ("case", "delta_rule", "chunk", "fp16", "2", "65", "2", "60", "60", "strong", "none",
             "none", "none")
     sums = ("aggregate: dbeta (sum over t)", "aggregate: dbeta (sum over b, t, h)")
-    rows, planted = built_and_planted(args, "tf32@fla_kernels.ops.common.chunk_delta:mma_tf32_split_rhs",
+    module = "fla_kernels.ops.common.chunk_delta"
+    rows, planted = built_and_planted(args, f"tf32@{module}:mma_tf32_split_rhs+tf32@{module}:mma_fp16_split_rhs",
                                       sums + ("golden: dbeta",))
     assert planted["golden: dbeta"][0] == "PASS", planted
     assert planted[sums[0]][0] == "FAIL", planted

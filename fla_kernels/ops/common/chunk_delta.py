@@ -57,6 +57,11 @@ Triton 3.6 on the H100 (float64 checks of each kernel on its own inputs, run on 
 - The same on the H200 with 8 warps over 16-wide key tiles (K = 16) in the backward's chunk
   kernel (before it was split in two): a lost context or dq, dk, dbeta 30-80 x their bounds;
   the backward's per-chunk kernels take 4 warps.
+- The output kernel's fp16 product of the pairs Gamma * Q K^T, a dot's result, with U over one
+  32-wide V-block (V = 16 and 24, K = 64, gated_delta_rule; two V-blocks passed) gave o 100 x its
+  bound on the H200, every gradient passing: the bf16 products of a dot's result that
+  simple_gla's chunk kernel met over V-blocks <= 32 wide (ops/common/dot.py). It takes fp16
+  products over 64-wide V-blocks only (K <= 128, where the walks' are as wide).
 
 The gate gradient. dG_t, the gradient of the cumulative gate G_t, gathers every exp(G) factor:
 exp(G_t) of the state read by q_t and of Y_t, the pair factors Gamma_ts of Q K^T and of A
@@ -68,7 +73,9 @@ one row, so they are left out of both sides instead of cancelling to rounding.
 Launch settings per kernel (V-block width, warps, pipelining) are `_settings`'.
 
 Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
-(`mma` with float32 operands), the triangular solve in IEEE fp32 and its gradient in three tf32
+(`mma` with float32 operands; with 16-bit inputs the scalar gates' walks and output kernel take
+the same tf32 values as scaled fp16 tiles into fp16 products, ops/common/tf32_storage.py), the
+triangular solve in IEEE fp32 and its gradient in three tf32
 products (`mma_tf32x3`, about 21 bits); fp32 inputs (and the interpreter) take IEEE fp32
 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py):
 the walks take its sequences' chunk offsets.
@@ -85,10 +92,11 @@ from fla_kernels.ops.common.chunk_pairs import (pair_grads_kernel, pairs_kernel,
 from fla_kernels.ops.common.chunk_state import chunk_cumgate
 from fla_kernels.ops.common.dot import add_rounded, mma, mma_tf32_split_rhs, mma_tf32x3
 from fla_kernels.ops.common.launch import compiles_ahead, flat_grid, launch
-from fla_kernels.ops.common.tf32_storage import column_scales, store_tf32_tile, tf32_scaled, tile_scale
+from fla_kernels.ops.common.tf32_storage import (column_scales, fp16_operand, mma_fp16, mma_fp16_split_rhs,
+                                                  store_tf32_tile, tf32_scaled, tile_scale)
 from fla_kernels.ops.common.tiles import (flat_program, head_program, initial_block, load_row,
-                                          load_rows, load_rows_t, load_state, store_row, store_rows,
-                                          store_state)
+                                          load_rows, load_rows_t, load_state, load_stored, store_row,
+                                          store_rows, store_state)
 from fla_kernels.ops.common.varlen import Packing, apply_packed, sequence_walk, state_count
 from fla_kernels.precision import product_settings, store_dtype
 
@@ -190,6 +198,15 @@ def _state_product(a, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
         return mma_tf32_split_rhs(a, b, FP32_DOT)
     else:
         return mma(a, b, FP32_DOT, tl.float32)
+
+
+@triton.jit
+def _state_product_fp16(a16, b, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """`_state_product` of an fp16 tile a16 on fp16 tensor cores (`mma_fp16`), the same numbers."""
+    if OPERAND_DTYPE == tl.float16:
+        return mma_fp16_split_rhs(a16, b, FP32_DOT)
+    else:
+        return mma_fp16(a16, b, FP32_DOT)
 
 
 @triton.jit
@@ -398,14 +415,14 @@ def _store_state_operand(states, hs, s_idx, val, index, K: tl.constexpr, V: tl.c
 def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks, T, H: tl.constexpr,
                     K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                     BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                    FP16_OPERANDS: tl.constexpr, FP32_DOT: tl.constexpr,
+                    FP16_OPERANDS: tl.constexpr, FP16_PRODUCTS: tl.constexpr, FP32_DOT: tl.constexpr,
                     OPERAND_DTYPE: tl.constexpr):
     """Per chunk: Ti [B, T, H, BT] (in Ai, the solve's scratch), w [B, T, H, K] and
     u [B, T, H, V], float32, and with CHANNEL the gated queries and keys the walks and the
-    output read, qg = diag(exp(G)) Q and kg = diag(exp(G_L - G)) K [B, T, H, K] float32; K is
-    taken BK columns at a time. With FP16_OPERANDS w, qg and kg are stored as the walks' tf32
-    products read them, in fp16 with a scale per chunk and key block in ws, qs and ks
-    (`store_tf32_tile`)."""
+    output read, qg = diag(exp(G)) Q and kg = diag(exp(G_L - G)) K [B, T, H, K] float32 (kg also
+    for the walks' FP16_PRODUCTS); K is taken BK columns at a time. With FP16_OPERANDS w, qg and
+    kg are stored as the walks' tf32 products read them, in fp16 with a scale per chunk and key
+    block in ws, qs and ks (`store_tf32_tile`)."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
@@ -430,8 +447,9 @@ def _prepare_kernel(q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks, T, 
         b_k = load_rows(k, row * K, c0, T, H, K, BT, BK, i_k)
         b_w = mma(b_T, b_k * (kG * b_beta[:, None]), FP32_DOT, tl.float32)
         _store_operand(w, ws, s_idx + i_k, b_w, row * K, c0, T, H, K, BT, BK, i_k, FP16_OPERANDS)
-        if CHANNEL:
+        if CHANNEL or FP16_PRODUCTS:
             _store_operand(kg, ks, s_idx + i_k, b_k * kLG, row * K, c0, T, H, K, BT, BK, i_k, FP16_OPERANDS)
+        if CHANNEL:
             _store_operand(qg, qs, s_idx + i_k, load_rows(q, row * K, c0, T, H, K, BT, BK, i_k) * kG,
                            row * K, c0, T, H, K, BT, BK, i_k, FP16_OPERANDS)
     for i_v in range(tl.cdiv(V, BV)):
@@ -446,15 +464,16 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
                      BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr,
                      CHANNEL: tl.constexpr, USE_H0: tl.constexpr, STORE_HT: tl.constexpr,
                      VARLEN: tl.constexpr, STORE: tl.constexpr, FP16_OPERANDS: tl.constexpr,
-                     FP16_STATES: tl.constexpr, FP16_U: tl.constexpr, BKS: tl.constexpr,
-                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                     FP16_STATES: tl.constexpr, FP16_U: tl.constexpr, FP16_PRODUCTS: tl.constexpr,
+                     BKS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk: with STORE the states entering each chunk
     [B, H, NT, K, V] and U [B, T, H, V], float32, for `_fwd_output_kernel` and the backward; with
     a gate per channel (CHANNEL) o [B, T, H, V] at once from the state in hand, from the output
     operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT.
     With FP16_OPERANDS w, qg and kg are fp16 with a scale per chunk and BKS columns in ws, qs and
     ks (`_scaled`); with FP16_STATES the states it stores, with FP16_U U, are fp16 tf32 tiles with
-    a scale per chunk and V-block in hs and us (`tf32_scaled`)."""
+    a scale per chunk and V-block in hs and us (`tf32_scaled`). FP16_PRODUCTS (a scalar gate or
+    none, FP16_OPERANDS and FP16_U): `_fwd_step_fp16`."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
@@ -463,24 +482,51 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
         v_idx = _tile_index(i_row, i_c, NT, V, BV) + i_v
         if STORE:
             _store_state_operand(states, hs, v_idx, b_h, i_row * NT + i_c, K, V, BK, BV, i_v, FP16_STATES)
-        b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
-        if CHANNEL:
-            b_kgt = _scaled(b_kgt, ks, s_idx, K, BK, BKS, True, FP16_OPERANDS)
-        b_w = _scaled(load_rows(w, row * K, c0, T, H, K, BT, BK, 0), ws, s_idx, K, BK, BKS, False,
-                      FP16_OPERANDS)
-        b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
-        b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
-        if CHANNEL:
-            b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
-                                         CHANNEL, FP32_DOT, OPERAND_DTYPE)
-            b_qg = _scaled(b_qg, qs, s_idx, K, BK, BKS, False, FP16_OPERANDS)
-            store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
-                       BV, i_v)
-        if STORE:
-            _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_U)
-        b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
+        if FP16_PRODUCTS:
+            b_h = _fwd_step_fp16(w, ws, u, kg, ks, g, vnew, us, v_idx, s_idx, b_h, i_b, i_h, row, c0, T, H, K,
+                                 V, BT, BK, BV, BKS, i_v, GATED, FP32_DOT)
+        else:
+            b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
+            if CHANNEL:
+                b_kgt = _scaled(b_kgt, ks, s_idx, K, BK, BKS, True, FP16_OPERANDS)
+            b_w = _scaled(load_rows(w, row * K, c0, T, H, K, BT, BK, 0), ws, s_idx, K, BK, BKS, False,
+                          FP16_OPERANDS)
+            b_u = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v)
+            b_U = b_u - mma(b_w, b_h, FP32_DOT, tl.float32)
+            if CHANNEL:
+                b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED,
+                                             CHANNEL, FP32_DOT, OPERAND_DTYPE)
+                b_qg = _scaled(b_qg, qs, s_idx, K, BK, BKS, False, FP16_OPERANDS)
+                store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT,
+                           BV, i_v)
+            if STORE:
+                _store_operand(vnew, us, v_idx, b_U, row * V, c0, T, H, V, BT, BV, i_v, FP16_U)
+            b_h = add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float32))
     if STORE_HT:
         store_state(ht, i_bh, b_h, K, V, BK, BV, 0, i_v, False)
+
+
+@triton.jit
+def _fwd_step_fp16(w, ws, u, kg, ks, g, vnew, us, v_idx, s_idx, b_h, i_b, i_h, row, c0, T, H: tl.constexpr,
+                   K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                   BKS: tl.constexpr, i_v, GATED: tl.constexpr, FP32_DOT: tl.constexpr):
+    """The state leaving the chunk at c0 from b_h entering it, U stored as its fp16 tile: the
+    walk's products on fp16 tensor cores, the same numbers as its tf32 ones. w and kg are read as
+    `_prepare_kernel` stored them, their columns' scales folded into the rows of h and of the
+    product k^T U; h and U go in as `fp16_operand`s."""
+    if GATED:
+        eL = tl.exp(chunk_cumgate(g, i_b, i_h, c0, T, H, BT)[1].to(tl.float32))
+    else:
+        eL = 1.0
+    b_w = load_stored(w, row * K, c0, T, H, K, BT, BK, 0, False)
+    b_U = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v) - mma_fp16(
+        b_w, b_h * column_scales(ws, s_idx, K, BK, BKS)[:, None], FP32_DOT)
+    b_U, s_U = fp16_operand(b_U)
+    store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
+    tl.store(us + v_idx, s_U)
+    b_kgt = load_stored(kg, row * K, c0, T, H, K, BT, BK, 0, True)
+    return add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float16)
+                       * (column_scales(ks, s_idx, K, BK, BKS)[:, None] * s_U))
 
 
 @triton.jit
@@ -512,25 +558,52 @@ def _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT: tl.constexpr):
 def _fwd_output_kernel(q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale, T, NT, H: tl.constexpr,
                        K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
                        BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
-                       FP16_STATES: tl.constexpr, FP16_U: tl.constexpr, BVS: tl.constexpr,
-                       FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                       FP16_STATES: tl.constexpr, FP16_U: tl.constexpr, FP16_PRODUCTS: tl.constexpr,
+                       BVS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per chunk, from the state entering it and its U: o [B, T, H, V], every V-block. With
     FP16_STATES the states, with FP16_U U, are the walk's fp16 tf32 tiles, a scale per chunk and
-    BVS columns in hs and us (`_walk_tile_scale`)."""
+    BVS columns in hs and us (`_walk_tile_scale`). FP16_PRODUCTS (FP16_U): `_output_block_fp16`."""
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
     index = (i_b * H + i_h) * NT + i_c
     b_qg, b_s = _output_operands(q, k, qg, g, gc, Aqk, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL,
                                  FP32_DOT, OPERAND_DTYPE)
+    if FP16_PRODUCTS:
+        _output_block_fp16(hs, us, states, vnew, o, b_qg, b_s, index, scale, i_b, i_h, row, i_c, c0, T, NT, H,
+                           K, V, BT, BK, BV, BVS, FP16_STATES, FP32_DOT)
+    else:
+        for i_v in range(tl.cdiv(V, BV)):
+            b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
+            b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
+            if FP16_STATES:
+                b_h = b_h * _walk_tile_scale(hs, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+            if FP16_U:
+                b_U = b_U * _walk_tile_scale(us, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+            store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT, BV,
+                       i_v)
+
+
+@triton.jit
+def _output_block_fp16(hs, us, states, vnew, o, b_qg, b_s, index, scale, i_b, i_h, row, i_c, c0, T, NT,
+                       H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                       BV: tl.constexpr, BVS: tl.constexpr, FP16_STATES: tl.constexpr,
+                       FP32_DOT: tl.constexpr):
+    """`_fwd_output_kernel`'s o from its operands b_qg and b_s, every V-block, in products on fp16
+    tensor cores, the same numbers as its tf32 ones (`_output_block`): b_qg, b_s and float32
+    states go in as `fp16_operand`s, the walk's fp16 tiles as stored, each product times its
+    operands' scales."""
+    b_qg, s_q = fp16_operand(b_qg)
+    b_s, s_s = fp16_operand(b_s)
     for i_v in range(tl.cdiv(V, BV)):
         b_h = load_state(states, index, K, V, BK, BV, 0, i_v, False)
-        b_U = load_rows(vnew, row * V, c0, T, H, V, BT, BV, i_v)
         if FP16_STATES:
-            b_h = b_h * _walk_tile_scale(hs, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
-        if FP16_U:
-            b_U = b_U * _walk_tile_scale(us, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
-        store_rows(o, _output_block(b_qg, b_s, b_h, b_U, scale, FP32_DOT), row * V, c0, T, H, V, BT, BV,
-                   i_v)
+            b_qh = mma(b_qg, b_h.to(tl.float16), FP32_DOT, tl.float16) * _walk_tile_scale(
+                hs, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+        else:
+            b_qh = mma_fp16(b_qg, b_h, FP32_DOT)
+        b_U = load_stored(vnew, row * V, c0, T, H, V, BT, BV, i_v, False)
+        b_sU = mma(b_s, b_U, FP32_DOT, tl.float16) * _walk_tile_scale(us, i_b * H + i_h, i_c, NT, V, BV, BVS, i_v)
+        store_rows(o, (b_qh * s_q + b_sU * s_s) * scale, row * V, c0, T, H, V, BT, BV, i_v)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -560,14 +633,15 @@ def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, du
                      scale, T, NT, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                      USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, VARLEN: tl.constexpr,
-                     FP16_OPERANDS: tl.constexpr, FP16_DU: tl.constexpr, BKS: tl.constexpr,
-                     FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+                     FP16_OPERANDS: tl.constexpr, FP16_DU: tl.constexpr, FP16_PRODUCTS: tl.constexpr,
+                     BKS: tl.constexpr, FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
     """Per V-block, chunk after chunk backwards: dhs [B, H, NT, K, V], the gradient of the state
     leaving each chunk; dU [B, T, H, V] into du (dvnew holds the chunk's own part from
     `_bwd_local_kernel`, to which the state's part is added; du may be dvnew itself); dh0
     [N, H, K, V] when STORE_DH0; float32. With FP16_OPERANDS w, qg and kg are the forward's fp16
     tiles (`_scaled`); with FP16_DU dU is stored as such a tile, a scale per chunk and V-block in
-    dus, as every later product reads it (`_store_operand`)."""
+    dus, as every later product reads it (`_store_operand`). FP16_PRODUCTS (a scalar gate or none,
+    FP16_OPERANDS, kg stored): `_bwd_step_fp16`."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     for i_r in range(c_hi - c_lo):
@@ -575,22 +649,53 @@ def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, du
         c0 = i_c * BT
         s_idx = _tile_index(i_row, i_c, NT, K, BKS)
         store_state(dhs, i_row * NT + i_c, b_dh, K, V, BK, BV, 0, i_v, False)
-        b_kg, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, False)
-        if CHANNEL:
-            b_kg = _scaled(b_kg, ks, s_idx, K, BK, BKS, False, FP16_OPERANDS)
-        b_qgt, f = _walk_queries_t(q, qg, qs, s_idx, g, gc, scale, i_b, i_h, row, c0, T, H, K, BT, BK,
-                                   BKS, GATED, CHANNEL, FP16_OPERANDS)
-        b_wt = _scaled(load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0), ws, s_idx, K, BK, BKS, True,
-                       FP16_OPERANDS)
-        b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
-        b_dU += _state_product(b_kg, b_dh, FP32_DOT, OPERAND_DTYPE)
-        _store_operand(du, dus, _tile_index(i_row, i_c, NT, V, BV) + i_v, b_dU, row * V, c0, T, H, V, BT,
-                       BV, i_v, FP16_DU)
-        b_dh = b_dh * eL + mma(b_qgt, b_do, FP32_DOT, tl.float32) * f
-        b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
+        u_idx = _tile_index(i_row, i_c, NT, V, BV) + i_v
+        if FP16_PRODUCTS:
+            b_dh = _bwd_step_fp16(q, kg, ks, g, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, scale, i_b, i_h,
+                                  row, c0, T, H, K, V, BT, BK, BV, BKS, i_v, GATED, FP16_DU, FP32_DOT,
+                                  OPERAND_DTYPE)
+        else:
+            b_kg, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, False)
+            if CHANNEL:
+                b_kg = _scaled(b_kg, ks, s_idx, K, BK, BKS, False, FP16_OPERANDS)
+            b_qgt, f = _walk_queries_t(q, qg, qs, s_idx, g, gc, scale, i_b, i_h, row, c0, T, H, K, BT, BK,
+                                       BKS, GATED, CHANNEL, FP16_OPERANDS)
+            b_wt = _scaled(load_rows_t(w, row * K, c0, T, H, K, BT, BK, 0), ws, s_idx, K, BK, BKS, True,
+                           FP16_OPERANDS)
+            b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
+            b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v)
+            b_dU += _state_product(b_kg, b_dh, FP32_DOT, OPERAND_DTYPE)
+            _store_operand(du, dus, u_idx, b_dU, row * V, c0, T, H, V, BT, BV, i_v, FP16_DU)
+            b_dh = b_dh * eL + mma(b_qgt, b_do, FP32_DOT, tl.float32) * f
+            b_dh -= mma(b_wt, b_dU, FP32_DOT, tl.float32)
     if STORE_DH0:
         store_state(dh0, i_bh, b_dh, K, V, BK, BV, 0, i_v, False)
+
+
+@triton.jit
+def _bwd_step_fp16(q, kg, ks, g, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, scale, i_b, i_h, row, c0, T,
+                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+                   BV: tl.constexpr, BKS: tl.constexpr, i_v, GATED: tl.constexpr, FP16_DU: tl.constexpr,
+                   FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+    """The gradient of the state entering the chunk at c0 from b_dh of the one leaving it, dU
+    stored: the backward walk's products on fp16 tensor cores, the same numbers as its tf32 ones.
+    kg and w are read as `_prepare_kernel` stored them, their columns' scales folded into the rows
+    of dh and of the product w^T dU; the other operands go in as `fp16_operand`s."""
+    if GATED:
+        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        eL = tl.exp(b_GL.to(tl.float32))
+        eG_t = tl.exp(b_G.to(tl.float32))[None, :]
+    else:
+        eL = 1.0
+        eG_t = tl.full([1, BT], 1.0, tl.float32)
+    b_kg = load_stored(kg, row * K, c0, T, H, K, BT, BK, 0, False)
+    b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v) + _state_product_fp16(
+        b_kg, b_dh * column_scales(ks, s_idx, K, BK, BKS)[:, None], FP32_DOT, OPERAND_DTYPE)
+    _store_operand(du, dus, u_idx, b_dU, row * V, c0, T, H, V, BT, BV, i_v, FP16_DU)
+    b_qgt, s_q = fp16_operand(load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0) * (eG_t * scale))
+    b_dh = b_dh * eL + mma_fp16(b_qgt, load_rows(do, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT) * s_q
+    b_wt = load_stored(w, row * K, c0, T, H, K, BT, BK, 0, True)
+    return b_dh - mma_fp16(b_wt, b_dU, FP32_DOT) * column_scales(ws, s_idx, K, BK, BKS)[:, None]
 
 
 @triton.jit
@@ -788,7 +893,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv,
         b_rG = b_r * b_beta[:, None]
         b_rG = tl.sum(b_rG, axis=1) - tl.sum(b_rG, axis=0)
         b_dAk = b_dAk * gam
-        b_dAkt = _transposed(pairs, b_dAk, row, c0, T, H, BT, NK, 0)
+        b_dAs = b_dAk + _transposed(pairs, b_dAk, row, c0, T, H, BT, NK, 0)
         for i_k in range(NK):
             kG, kG_t, kLG = _key_block_decay(eG, eG_t, eLG, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                              GATED, CHANNEL, i_k)
@@ -796,7 +901,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv,
             b_dk, b_kdY = _key_block_grads(b_Tt, load_rows(dw, row * K, c0, T, H, K, BT, BK, i_k), b_k, dk,
                                            row, c0, T, H, K, BT, BK, i_k, kG, b_beta, FP32_DOT,
                                            OPERAND_DTYPE)
-            b_dk += mma(b_dAk, b_k, FP32_DOT, tl.float32) + mma(b_dAkt, b_k, FP32_DOT, tl.float32)
+            b_dk += mma(b_dAs, b_k, FP32_DOT, tl.float32)
             store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
             b_dbeta += tl.sum(b_kdY, axis=1)
             b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
@@ -858,15 +963,25 @@ def _settings(K, dtype, gated: bool, channel: bool) -> tuple:
     Without a gate, `bwd_output` pipelines its V-loop for bf16 inputs (2 stages): 1.16 ms against
     1.27 at the bench shape on the H200 (delta_rule); with a gate it spills more and was slower
     (1.81 against 1.75, gated_delta_rule), and with fp16 inputs' split products it spills 252
-    bytes a thread pipelined against 88 (ptxas, K = 128; benchmarks/tuning.md)."""
+    bytes a thread pipelined against 88 (ptxas, K = 128; benchmarks/tuning.md).
+    With 16-bit inputs and K <= 128 the scalar gates' walks and output kernel take fp16 products
+    over 64-wide V-blocks: the walks in one wave at the bench shape (256 programs, two an SM), the
+    forward walk pipelined, the backward not (pipelined it spilled 188 bytes a thread and an SM
+    held one); the output kernel in 2 stages. On the H200 at the bench shape: the forward walk
+    0.49 -> 0.29 ms, the backward 0.81 -> 0.79 (gated_delta_rule 0.95 -> 0.85), the output kernel
+    0.36 -> 0.23 (benchmarks/tuning.md)."""
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
     bwd_blocks = dict(BV=32, BK=min(BK, 64), num_warps=4, num_stages=1)
     pairs = dict(BK=min(BK, 32), num_warps=1, num_stages=2)
     pair_grads = dict(pairs, num_stages=3)
+    output = per_chunk
     if not channel:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=pipelined)
+        if dtype != torch.float32 and BK <= 128:   # fp16 products (`_fwd_step_fp16` and the like)
+            fwd_walk, bwd_walk = dict(fwd_walk, BV=64), dict(bwd_walk, BV=64, num_stages=1)
+            output = dict(per_chunk, BV=64, num_stages=2)   # 64 wide: see the module's note
     elif BK >= 64:
         fwd_walk = dict(BV=64, num_warps=4 if BK <= 128 else 8, num_stages=1)
         bwd_walk = dict(BV=64, num_warps=8, num_stages=1)
@@ -874,7 +989,7 @@ def _settings(K, dtype, gated: bool, channel: bool) -> tuple:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     prepare = dict(per_chunk, BK=min(BK, 64 if channel else 32))
     bwd_output = dict(bwd_blocks, num_stages=2) if dtype == torch.bfloat16 and not gated else bwd_blocks
-    return BK, dict(prepare=prepare, output=per_chunk, local=per_chunk, fwd_walk=fwd_walk,
+    return BK, dict(prepare=prepare, output=output, local=per_chunk, fwd_walk=fwd_walk,
                     bwd_walk=bwd_walk, bwd_output=bwd_output, bwd_wy=bwd_blocks, pairs=pairs,
                     pair_grads=pair_grads)
 
@@ -974,9 +1089,11 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     tiles = B * H * NT * triton.cdiv(K, prepare["BK"])
     ws, qs, ks = torch.empty(3, tiles, **f32) if fp16_operands else (None, None, None)
     w, u = torch.empty(B, T, H, K, **operands), torch.empty(B, T, H, V, **f32)
-    qg, kg = (torch.empty(B, T, H, K, **operands) for _ in range(2)) if channel else (None, None)
+    fp16_products = fp16_operands and not channel   # the walks' (`_fwd_step_fp16`, `_bwd_step_fp16`)
+    qg = torch.empty(B, T, H, K, **operands) if channel else None
+    kg = torch.empty(B, T, H, K, **operands) if channel or fp16_products else None
     launch(_prepare_kernel, flat_grid(NT, B * H), q, k, v, beta, g, gc, Akk, Ai, w, u, qg, kg, ws, qs, ks,
-           T, FP16_OPERANDS=fp16_operands, **{**modes, **prepare})
+           T, FP16_OPERANDS=fp16_operands, FP16_PRODUCTS=fp16_products, **{**modes, **prepare})
 
     ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
     o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
@@ -994,12 +1111,14 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     launch(_fwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, Aqk, w, u,
            ws, qs, ks, hs, us, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
            STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store,
-           FP16_OPERANDS=fp16_operands, FP16_STATES=fp16_states, FP16_U=us is not None, BKS=prepare["BK"],
-           **modes, **walk)
+           FP16_OPERANDS=fp16_operands, FP16_STATES=fp16_states, FP16_U=us is not None,
+           FP16_PRODUCTS=fp16_products, BKS=prepare["BK"], **modes, **walk)
     if not channel:
         output = dict(settings["output"], BV=min(settings["output"]["BV"], walk["BV"]))
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale,
-               T, NT, FP16_STATES=fp16_states, FP16_U=us is not None, BVS=walk["BV"], **modes, **output)
+               T, NT, FP16_STATES=fp16_states, FP16_U=us is not None,
+               FP16_PRODUCTS=fp16_products and output["BV"] >= 64,   # see the module's note
+               BVS=walk["BV"], **modes, **output)
     if ctx is not None:
         save_context(ctx, scale, output_final_state, q, k, v, beta, g, gc, Akk, Aqk, Ai, w, qg, kg, ws, qs,
                      ks, states, hs, vnew, us, chunk_offsets=chunk_offsets, initial_state=initial_state)
@@ -1054,13 +1173,14 @@ class ChunkDeltaFunction(torch.autograd.Function):
         # gate's (4 warps, pipelined) then spilled 300 bytes a thread and took 0.27 ms more at the
         # bench shape on the H200, more than its readers saved (benchmarks/tuning.md)
         fp16_du = ws is not None and q.dtype == torch.bfloat16 and channel
-        assert walk["BV"] == settings["fwd_walk"]["BV"], "U and dU tiles share their scales' width"
+        assert not fp16_du or walk["BV"] == settings["fwd_walk"]["BV"], "U and dU tiles share their scales' width"
         du = torch.empty(B, T, H, V, dtype=torch.float16, device=q.device) if fp16_du else dvnew
         dus = torch.empty(B * H * NT * triton.cdiv(V, walk["BV"]), **f32) if fp16_du else None
         launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, ws, qs,
                ks, do, dht, dhs, dvnew, du, dus, dh0, ctx.chunk_offsets, ctx.scale, T, NT,
                USE_DHT=dht is not None, STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None,
-               FP16_OPERANDS=ws is not None, FP16_DU=fp16_du, BKS=settings["prepare"]["BK"], **modes, **walk)
+               FP16_OPERANDS=ws is not None, FP16_DU=fp16_du, FP16_PRODUCTS=ws is not None and not channel,
+               BKS=settings["prepare"]["BK"], **modes, **walk)
 
         # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
         # kernel adds to dq, dk and dG); the per-chunk kernels take K a key block at a time
@@ -1075,7 +1195,8 @@ class ChunkDeltaFunction(torch.autograd.Function):
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
         launch(_bwd_output_kernel, flat_grid(NK, NT, B * H), q, k, g, gc, states, hs, vnew, us, do, dhs, du,
                dus, pairs, dAqk, dq, dk, dw, dg, dgk, ctx.scale, T, NT, FP16_STATES=hs is not None,
-               FP16_U=us is not None, FP16_DU=fp16_du, BVS=walk["BV"], **{**modes, **settings["bwd_output"]})
+               FP16_U=us is not None, FP16_DU=fp16_du, BVS=settings["fwd_walk"]["BV"],
+               **{**modes, **settings["bwd_output"]})
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk,
                dk, dv, dbeta, dg, dgk, T, NT, FP16_DU=fp16_du, BVS=walk["BV"],
                **{**modes, **settings["bwd_wy"]})

@@ -108,7 +108,7 @@ def mma_split(a, b, FP32_DOT: tl.constexpr):
 
 
 @triton.jit
-def _tf32_parts(x):
+def tf32_parts(x):
     """x (fp32) as hi + lo, both rounded tf32 values (`round_tf32`): hi carries 11 bits of
     mantissa, lo about the next 11."""
     hi = round_tf32(x)
@@ -127,7 +127,7 @@ def mma_tf32_split(a, b, FP32_DOT: tl.constexpr):
     if FP32_DOT:
         return mma(a, b, FP32_DOT, tl.float32)
     else:
-        hi, lo = _tf32_parts(a)
+        hi, lo = tf32_parts(a)
         return mma(hi, b, FP32_DOT, tl.float32) + mma(lo, b, FP32_DOT, tl.float32)
 
 
@@ -142,7 +142,7 @@ def mma_tf32_split_rhs(a, b, FP32_DOT: tl.constexpr):
     if FP32_DOT:
         return mma(a, b, FP32_DOT, tl.float32)
     else:
-        hi, lo = _tf32_parts(b)
+        hi, lo = tf32_parts(b)
         return mma(a, hi, FP32_DOT, tl.float32) + mma(a, lo, FP32_DOT, tl.float32)
 
 
@@ -159,8 +159,8 @@ def mma_tf32x3(a, b, FP32_DOT: tl.constexpr):
     if FP32_DOT:
         return mma(a, b, FP32_DOT, tl.float32)
     else:
-        a_hi, a_lo = _tf32_parts(a)
-        b_hi, b_lo = _tf32_parts(b)
+        a_hi, a_lo = tf32_parts(a)
+        b_hi, b_lo = tf32_parts(b)
         acc = mma(a_hi, b_lo, FP32_DOT, tl.float32) + mma(a_lo, b_hi, FP32_DOT, tl.float32)
         return acc + mma(a_hi, b_hi, FP32_DOT, tl.float32)
 

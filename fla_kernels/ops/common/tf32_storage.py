@@ -8,11 +8,15 @@ by s (`tile_scale`; `column_scales` for a row of tiles) and has the very operand
 takes, from 2 bytes an element instead of 4. Elements below 2^-28 of their tile's largest lose
 bits to fp16's subnormals: at most one subnormal step, 2^-38 of that largest, where the product
 rounds the largest itself by 2^-12.
+
+The same tiles feed fp16 products (`mma_fp16`): a product of two such tiles, times their scales,
+is the tf32 product of the values they hold, at twice the tensor cores' tf32 rate and from half
+the shared memory.
 """
 import triton
 import triton.language as tl
 
-from fla_kernels.ops.common.dot import round_tf32
+from fla_kernels.ops.common.dot import mma, round_tf32, tf32_parts
 from fla_kernels.ops.common.tiles import store_rows
 
 
@@ -32,6 +36,30 @@ def tf32_scaled(val):
     e = ((amax.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.minimum(tl.maximum(e, -112), 127)
     return v * _power_of_two(14 - e), _power_of_two(e - 14)
+
+
+@triton.jit
+def fp16_operand(val):
+    """(tile, s): `tf32_scaled` of the float32 tile val in fp16, where it is exact."""
+    v, s = tf32_scaled(val)
+    return v.to(tl.float16), s
+
+
+@triton.jit
+def mma_fp16(a16, b, FP32_DOT: tl.constexpr):
+    """a16 @ b for a16 an fp16 tile and b float32, on fp16 tensor cores: b as `fp16_operand`,
+    the product times its scale. The tf32 product of a16 with b (`mma`) to the number, but for
+    b's elements below 2^-28 of its largest."""
+    b16, s = fp16_operand(b)
+    return mma(a16, b16, FP32_DOT, tl.float16) * s
+
+
+@triton.jit
+def mma_fp16_split_rhs(a16, b, FP32_DOT: tl.constexpr):
+    """`mma_tf32_split_rhs` of an fp16 tile a16 on fp16 tensor cores (`mma_fp16` of b's two tf32
+    parts), the same numbers."""
+    hi, lo = tf32_parts(b)
+    return mma_fp16(a16, hi, FP32_DOT) + mma_fp16(a16, lo, FP32_DOT)
 
 
 @triton.jit

@@ -37,10 +37,23 @@ def head_program(T, H: tl.constexpr, N0, N1):
 def load_rows(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
               BD: tl.constexpr, i_d):
     """[BR, BD] float32 tile of x [B, T, H, D] at rows t0.., columns i_d*BD.. (zero outside)."""
+    return load_stored(x, base, t0, T, H, D, BR, BD, i_d, False).to(tl.float32)
+
+
+@triton.jit
+def load_stored(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
+                BD: tl.constexpr, i_d, TRANSPOSED: tl.constexpr):
+    """The tile of `load_rows` (with TRANSPOSED of `load_rows_t`) in x's own dtype: an fp16
+    operand tile as a product takes it."""
     t = t0 + tl.arange(0, BR)
     d = i_d * BD + tl.arange(0, BD)
-    offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
-    return tl.load(x + offs, mask=(t[:, None] < T) & (d[None, :] < D), other=0).to(tl.float32)
+    if TRANSPOSED:
+        offs = base + t.to(tl.int64)[None, :] * (H * D) + d[:, None]
+        mask = (t[None, :] < T) & (d[:, None] < D)
+    else:
+        offs = base + t.to(tl.int64)[:, None] * (H * D) + d[None, :]
+        mask = (t[:, None] < T) & (d[None, :] < D)
+    return tl.load(x + offs, mask=mask, other=0)
 
 
 @triton.jit
@@ -60,10 +73,7 @@ def load_chunk_rows(x, base, c0, lo, hi, T, H: tl.constexpr, D: tl.constexpr, BT
 def load_rows_t(x, base, t0, T, H: tl.constexpr, D: tl.constexpr, BR: tl.constexpr,
                 BD: tl.constexpr, i_d):
     """The same tile as `load_rows`, read transposed: [BD, BR]."""
-    t = t0 + tl.arange(0, BR)
-    d = i_d * BD + tl.arange(0, BD)
-    offs = base + t.to(tl.int64)[None, :] * (H * D) + d[:, None]
-    return tl.load(x + offs, mask=(t[None, :] < T) & (d[:, None] < D), other=0).to(tl.float32)
+    return load_stored(x, base, t0, T, H, D, BR, BD, i_d, True).to(tl.float32)
 
 
 @triton.jit
