@@ -815,16 +815,18 @@ def _du_block(du, dus, i_b, i_h, row, i_c, c0, T, NT, H: tl.constexpr, V: tl.con
 
 
 @triton.jit(do_not_specialize=["T", "NT"])
-def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv, dbeta, dg, dgk, T, NT,
+def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dk_out, dv, dbeta, dg, dgk, T, NT,
                    H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
                    BK: tl.constexpr, BV: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                    FP16_DU: tl.constexpr, BVS: tl.constexpr, FP32_DOT: tl.constexpr,
                    OPERAND_DTYPE: tl.constexpr):
     """Per chunk, the gradients through U = u - w h, u = Ti X and w = Ti Y: dv [B, T, H, V] and
-    dbeta [B, T, H] whole, the rest of dk (added to `_bwd_output_kernel`'s part, a block of BK
-    key columns at a time) and of the gate's gradient, dg then the chunk-local reverse cumsum of
-    dG for a scalar gate (with CHANNEL, dG so far, and the pairs' parts are left to
-    `pair_grads_kernel` through dAkk). With FP16_DU dU is the backward walk's fp16 tiles."""
+    dbeta [B, T, H] whole, the rest of dk (added to `_bwd_output_kernel`'s part in dk, a block of
+    BK key columns at a time, into dk_out: for a scalar gate or none the whole of dk, stored in
+    the dtype torch returns it in) and of the gate's gradient, dg then the chunk-local reverse
+    cumsum of dG for a scalar gate (with CHANNEL, dk_out is dk, dG so far, and the pairs' parts
+    are left to `pair_grads_kernel` through dAkk). With FP16_DU dU is the backward walk's fp16
+    tiles."""
     NK: tl.constexpr = (K + BK - 1) // BK
     i_c, i_b, i_h, row = _chunk_program(T, H, BT)
     c0 = i_c * BT
@@ -902,7 +904,7 @@ def _bwd_wy_kernel(k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk, dk, dv,
                                            row, c0, T, H, K, BT, BK, i_k, kG, b_beta, FP32_DOT,
                                            OPERAND_DTYPE)
             b_dk += mma(b_dAs, b_k, FP32_DOT, tl.float32)
-            store_rows(dk, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
+            store_rows(dk_out, b_dk, row * K, c0, T, H, K, BT, BK, i_k)
             b_dbeta += tl.sum(b_kdY, axis=1)
             b_dG += tl.sum(b_kdY * b_beta[:, None], axis=1)
         if GATED:
@@ -1182,14 +1184,18 @@ class ChunkDeltaFunction(torch.autograd.Function):
                FP16_OPERANDS=ws is not None, FP16_DU=fp16_du, FP16_PRODUCTS=ws is not None and not channel,
                BKS=settings["prepare"]["BK"], **modes, **walk)
 
-        # dk is float32 until the last kernel adds to it; dq too with a gate per channel (the pair
-        # kernel adds to dq, dk and dG); the per-chunk kernels take K a key block at a time
+        # dk is float32 until the last kernel adds to it and stores it whole (dk_out); dq too with a
+        # gate per channel (the pair kernel adds to dq, dk and dG), dG until its reverse cumsum;
+        # the per-chunk kernels take K a key block at a time
         NK = triton.cdiv(K, settings["bwd_output"]["BK"])
         dq = torch.empty(q.shape, dtype=torch.float32 if channel else store_dtype(q.dtype), device=q.device)
         dk, dw = torch.empty(k.shape, **f32), torch.empty(k.shape, **f32)
+        dk_out = torch.empty(k.shape, dtype=store_dtype(k.dtype), device=k.device)
+        dq_out = torch.empty(q.shape, dtype=store_dtype(q.dtype), device=q.device) if channel else dq
         dv = torch.empty(v.shape, dtype=store_dtype(v.dtype), device=v.device)
         dbeta = torch.empty(beta.shape, dtype=store_dtype(beta.dtype), device=beta.device)
-        dg = None if g is None else torch.empty(g.shape, **f32)
+        dg = None if g is None else torch.empty(g.shape, dtype=torch.float32 if channel else store_dtype(g.dtype),
+                                                device=g.device)
         dgk = torch.empty(B, T, H, NK, **f32) if g is not None and not channel else None
         pairs = None if channel else torch.empty(B, T, H, NK * CHUNK, **f32)
         dAqk, dAkk = (torch.empty(B, T, H, CHUNK, **f32) for _ in range(2)) if channel else (None, None)
@@ -1198,15 +1204,15 @@ class ChunkDeltaFunction(torch.autograd.Function):
                FP16_U=us is not None, FP16_DU=fp16_du, BVS=settings["fwd_walk"]["BV"],
                **{**modes, **settings["bwd_output"]})
         launch(_bwd_wy_kernel, flat_grid(NT, B * H), k, v, beta, g, gc, Akk, Ai, du, dus, dw, pairs, dAkk,
-               dk, dv, dbeta, dg, dgk, T, NT, FP16_DU=fp16_du, BVS=walk["BV"],
+               dk, dk if channel else dk_out, dv, dbeta, dg, dgk, T, NT, FP16_DU=fp16_du, BVS=walk["BV"],
                **{**modes, **settings["bwd_wy"]})
         if channel:
             grads = settings["pair_grads"]
             blocks = triton.cdiv(K, grads["BK"]) * (CHUNK // PAIR_BLOCK)
-            launch(pair_grads_kernel, flat_grid(blocks, NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dg, T, H=H,
-                   K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **grads)
+            launch(pair_grads_kernel, flat_grid(blocks, NT, B * H), q, k, gc, dAqk, dAkk, dq, dk, dq_out, dk_out,
+                   dg, T, H=H, K=K, BT=CHUNK, BC=PAIR_BLOCK, FP32_DOT=modes["FP32_DOT"], **grads)
             dg = chunk_reverse_cumsum(dg, CHUNK, store_dtype(g.dtype))
-        return needed(ctx, dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
+        return needed(ctx, dq_out.to(q.dtype), dk_out.to(k.dtype), dv.to(v.dtype), dbeta.to(beta.dtype),
                       None if g is None else dg.to(g.dtype), None,
                       dh0.to(ctx.h0_dtype) if need_h0 else None, None, None)
 

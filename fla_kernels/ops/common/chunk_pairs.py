@@ -266,11 +266,12 @@ def _own_pairs(dAqk, dAkk, q, k, b_q, b_k, G, gc, row, base, c0, t0, I, T, H: tl
 
 
 @triton.jit(do_not_specialize=["T"])
-def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: tl.constexpr,
+def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dq_out, dk_out, dG, T, H: tl.constexpr, K: tl.constexpr,
                       BT: tl.constexpr, BC: tl.constexpr, BK: tl.constexpr, FP32_DOT: tl.constexpr):
     """Per chunk, block I of BC rows and block of BK key columns (each column's sums are its
-    own): adds the pair matrices' parts to rows I of dq, dk and dG [B, T, H, K] float32 in place:
-    the pairs of I's rows with earlier blocks, of its rows as columns of later blocks, and of
+    own): adds the pair matrices' parts to rows I of dq and dk [B, T, H, K] float32, stored whole
+    in dq_out and dk_out (the dtype torch returns them in), and of dG float32 in place: the pairs
+    of I's rows with earlier blocks, of its rows as columns of later blocks, and of
     the pairs inside I (the diagonal of D, ungated, through dd)."""
     NB: tl.constexpr = BT // BC
     i_kb, i_c, _, _, _, row = head_program(T, H, tl.cdiv(K, BK) * NB, tl.cdiv(T, BT))
@@ -297,7 +298,7 @@ def pair_grads_kernel(q, k, gc, dAqk, dAkk, dq, dk, dG, T, H: tl.constexpr, K: t
     dd = diagonal(_pair_block(dAqk, row, t0, T, H, BT, BC, I, False), BC)[:, None]
     b_dq = load_rows(dq, base, t0, T, H, K, BC, BK, i_k) + rq + dd * b_k
     b_dk = load_rows(dk, base, t0, T, H, K, BC, BK, i_k) + rkc + dd * b_q
-    store_rows(dq, b_dq, base, t0, T, H, K, BC, BK, i_k)
-    store_rows(dk, b_dk, base, t0, T, H, K, BC, BK, i_k)
+    store_rows(dq_out, b_dq, base, t0, T, H, K, BC, BK, i_k)
+    store_rows(dk_out, b_dk, base, t0, T, H, K, BC, BK, i_k)
     b_dG = load_rows(dG, base, t0, T, H, K, BC, BK, i_k) + pair_dG
     store_rows(dG, b_dG, base, t0, T, H, K, BC, BK, i_k)
