@@ -354,11 +354,11 @@ def test_kda_forward_without_autograd_stores_nothing_for_a_backward(monkeypatch,
 def test_fp16_tf32_tiles_give_what_float32_operands_give():
     """The delta walks' computed operands, U and (kda, bf16 inputs) dU travel in fp16 with a
     power-of-two scale per tile, and so do the scalar gates' states without autograd, and
-    delta_rule's in training too (bf16 inputs)
-    (ops/common/tf32_storage.py); with the tensor cores emulated on a CPU o, the final state and
-    every gradient are the same bit for bit as with float32 operands (on a GPU within a rounding:
-    the scalar gates' walks take them in fp16 products, which accumulate otherwise than tf32 ones),
-    and o and the final state without autograd are training's. Tested both ways: walks that forget their operands' scales
+    delta_rule's in training too (bf16 inputs) (ops/common/tf32_storage.py); with the tensor
+    cores emulated on a CPU o, the final state and every gradient are the same bit for bit as
+    with float32 operands (on a GPU within a rounding: the scalar gates' walks take them in fp16
+    products, which accumulate otherwise than tf32 ones), and o and the final state without
+    autograd are training's. Tested both ways: walks that forget their operands' scales
     give another o; readers that forget the states' and U's give other gradients, and for the
     scalar gates another o (kda's walk writes o itself; gated_delta_rule's training states stay
     float32, so its o without autograd is no longer training's); readers that forget dU's give
