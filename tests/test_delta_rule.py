@@ -352,7 +352,7 @@ def test_kda_forward_without_autograd_stores_nothing_for_a_backward(monkeypatch,
 
 
 def test_fp16_tf32_tiles_give_what_float32_operands_give():
-    """The delta walks' computed operands, U and (kda, bf16 inputs) dU travel in fp16 with a
+    """The delta walks' computed operands, U and (bf16 inputs) dU travel in fp16 with a
     power-of-two scale per tile, and so do the scalar gates' states without autograd, and
     delta_rule's in training too (bf16 inputs) (ops/common/tf32_storage.py); with the tensor
     cores emulated on a CPU o, the final state and every gradient are the same bit for bit as
@@ -362,7 +362,7 @@ def test_fp16_tf32_tiles_give_what_float32_operands_give():
     give another o; readers that forget the states' and U's give other gradients, and for the
     scalar gates another o (kda's walk writes o itself; gated_delta_rule's training states stay
     float32, so its o without autograd is no longer training's); readers that forget dU's give
-    kda other gradients alone (the scalar gates' dU stays float32)."""
+    other gradients."""
     ours = emulated("tf32_tiles")
     assert ours == {"kda": [True] * 5, "gated_delta_rule": [True] * 5, "delta_rule": [True] * 5}, ours
     planted = emulated("tf32_tiles", "unit_scales")
@@ -372,8 +372,7 @@ def test_fp16_tf32_tiles_give_what_float32_operands_give():
                       "gated_delta_rule": [False, True, False, False, True],
                       "delta_rule": [False, True, False, True, True]}, states
     du = emulated("tf32_tiles", "unscaled_du")
-    assert du == {"kda": [True, True, False, True, True], "gated_delta_rule": [True] * 5,
-                  "delta_rule": [True] * 5}, du
+    assert du == {op: [True, True, False, True, True] for op in ("kda", "gated_delta_rule", "delta_rule")}, du
 
 
 @pytest.mark.parametrize("reverse", [False, True])

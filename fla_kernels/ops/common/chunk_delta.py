@@ -472,8 +472,8 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
     operands `_prepare_kernel` and the pair kernel stored; ht [N, H, K, V] float32 when STORE_HT.
     With FP16_OPERANDS w, qg and kg are fp16 with a scale per chunk and BKS columns in ws, qs and
     ks (`_scaled`); with FP16_STATES the states it stores, with FP16_U U, are fp16 tf32 tiles with
-    a scale per chunk and V-block in hs and us (`tf32_scaled`). FP16_PRODUCTS (a scalar gate or
-    none, FP16_OPERANDS and FP16_U): `_fwd_step_fp16`."""
+    a scale per chunk and V-block in hs and us (`tf32_scaled`). FP16_PRODUCTS (FP16_OPERANDS; with
+    a scalar gate or none FP16_U, with one per channel 64-wide V-blocks): `_fwd_step_fp16`."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_h = initial_block(h0, i_bh, K, V, BK, BV, 0, i_v, USE_H0, False)
     for i_c in range(c_lo, c_hi):
@@ -483,8 +483,9 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
         if STORE:
             _store_state_operand(states, hs, v_idx, b_h, i_row * NT + i_c, K, V, BK, BV, i_v, FP16_STATES)
         if FP16_PRODUCTS:
-            b_h = _fwd_step_fp16(w, ws, u, kg, ks, g, vnew, us, v_idx, s_idx, b_h, i_b, i_h, row, c0, T, H, K,
-                                 V, BT, BK, BV, BKS, i_v, GATED, FP32_DOT)
+            b_h = _fwd_step_fp16(w, ws, u, kg, ks, qg, qs, Aqk, g, gc, vnew, us, o, scale, v_idx, s_idx, b_h,
+                                 i_b, i_h, row, c0, T, H, K, V, BT, BK, BV, BKS, i_v, GATED, CHANNEL, STORE,
+                                 FP32_DOT)
         else:
             b_kgt, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, True)
             if CHANNEL:
@@ -507,14 +508,18 @@ def _fwd_walk_kernel(q, k, qg, kg, g, gc, Aqk, w, u, ws, qs, ks, hs, us, h0, ht,
 
 
 @triton.jit
-def _fwd_step_fp16(w, ws, u, kg, ks, g, vnew, us, v_idx, s_idx, b_h, i_b, i_h, row, c0, T, H: tl.constexpr,
-                   K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                   BKS: tl.constexpr, i_v, GATED: tl.constexpr, FP32_DOT: tl.constexpr):
-    """The state leaving the chunk at c0 from b_h entering it, U stored as its fp16 tile: the
-    walk's products on fp16 tensor cores, the same numbers as its tf32 ones. w and kg are read as
-    `_prepare_kernel` stored them, their columns' scales folded into the rows of h and of the
-    product k^T U; h and U go in as `fp16_operand`s."""
-    if GATED:
+def _fwd_step_fp16(w, ws, u, kg, ks, qg, qs, Aqk, g, gc, vnew, us, o, scale, v_idx, s_idx, b_h, i_b, i_h, row,
+                   c0, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, BKS: tl.constexpr, i_v, GATED: tl.constexpr,
+                   CHANNEL: tl.constexpr, STORE: tl.constexpr, FP32_DOT: tl.constexpr):
+    """The state leaving the chunk at c0 from b_h entering it, with STORE U stored as its fp16
+    tile, and with a gate per channel o: the walk's products on fp16 tensor cores, the same numbers as its
+    tf32 ones. w, kg and qg are read as `_prepare_kernel` stored them, their columns' scales
+    folded into the rows of h and of the product k^T U; h, U and the pairs go in as
+    `fp16_operand`s."""
+    if CHANNEL:
+        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
+    elif GATED:
         eL = tl.exp(chunk_cumgate(g, i_b, i_h, c0, T, H, BT)[1].to(tl.float32))
     else:
         eL = 1.0
@@ -522,8 +527,15 @@ def _fwd_step_fp16(w, ws, u, kg, ks, g, vnew, us, v_idx, s_idx, b_h, i_b, i_h, r
     b_U = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v) - mma_fp16(
         b_w, b_h * column_scales(ws, s_idx, K, BK, BKS)[:, None], FP32_DOT)
     b_U, s_U = fp16_operand(b_U)
-    store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
-    tl.store(us + v_idx, s_U)
+    if STORE:
+        store_rows(vnew, b_U, row * V, c0, T, H, V, BT, BV, i_v)
+        tl.store(us + v_idx, s_U)
+    if CHANNEL:
+        b_qh = mma_fp16(load_stored(qg, row * K, c0, T, H, K, BT, BK, 0, False),
+                        b_h * column_scales(qs, s_idx, K, BK, BKS)[:, None], FP32_DOT)
+        b_s, s_s = fp16_operand(load_rows(Aqk, row * BT, c0, T, H, BT, BT, BT, 0))
+        store_rows(o, (b_qh + mma(b_s, b_U, FP32_DOT, tl.float16) * (s_s * s_U)) * scale, row * V, c0, T, H,
+                   V, BT, BV, i_v)
     b_kgt = load_stored(kg, row * K, c0, T, H, K, BT, BK, 0, True)
     return add_rounded(b_h * eL, mma(b_kgt, b_U, FP32_DOT, tl.float16)
                        * (column_scales(ks, s_idx, K, BK, BKS)[:, None] * s_U))
@@ -640,8 +652,8 @@ def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, du
     `_bwd_local_kernel`, to which the state's part is added; du may be dvnew itself); dh0
     [N, H, K, V] when STORE_DH0; float32. With FP16_OPERANDS w, qg and kg are the forward's fp16
     tiles (`_scaled`); with FP16_DU dU is stored as such a tile, a scale per chunk and V-block in
-    dus, as every later product reads it (`_store_operand`). FP16_PRODUCTS (a scalar gate or none,
-    FP16_OPERANDS, kg stored): `_bwd_step_fp16`."""
+    dus, as every later product reads it (`_store_operand`). FP16_PRODUCTS (FP16_OPERANDS, kg stored;
+    with a gate per channel 64-wide V-blocks): `_bwd_step_fp16`."""
     i_v, i_bh, i_b, i_h, row, i_row, c_lo, c_hi = _walk_program(chunk_offsets, T, NT, H, V, BV, VARLEN)
     b_dh = initial_block(dht, i_bh, K, V, BK, BV, 0, i_v, USE_DHT, False)
     for i_r in range(c_hi - c_lo):
@@ -651,9 +663,9 @@ def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, du
         store_state(dhs, i_row * NT + i_c, b_dh, K, V, BK, BV, 0, i_v, False)
         u_idx = _tile_index(i_row, i_c, NT, V, BV) + i_v
         if FP16_PRODUCTS:
-            b_dh = _bwd_step_fp16(q, kg, ks, g, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, scale, i_b, i_h,
-                                  row, c0, T, H, K, V, BT, BK, BV, BKS, i_v, GATED, FP16_DU, FP32_DOT,
-                                  OPERAND_DTYPE)
+            b_dh = _bwd_step_fp16(q, qg, qs, kg, ks, g, gc, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, scale,
+                                  i_b, i_h, row, c0, T, H, K, V, BT, BK, BV, BKS, i_v, GATED, CHANNEL, FP16_DU,
+                                  FP32_DOT, OPERAND_DTYPE)
         else:
             b_kg, eL = _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL, False)
             if CHANNEL:
@@ -673,15 +685,19 @@ def _bwd_walk_kernel(q, k, qg, kg, g, gc, w, ws, qs, ks, do, dht, dhs, dvnew, du
 
 
 @triton.jit
-def _bwd_step_fp16(q, kg, ks, g, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, scale, i_b, i_h, row, c0, T,
-                   H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-                   BV: tl.constexpr, BKS: tl.constexpr, i_v, GATED: tl.constexpr, FP16_DU: tl.constexpr,
-                   FP32_DOT: tl.constexpr, OPERAND_DTYPE: tl.constexpr):
+def _bwd_step_fp16(q, qg, qs, kg, ks, g, gc, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, scale, i_b, i_h,
+                   row, c0, T, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr,
+                   BK: tl.constexpr, BV: tl.constexpr, BKS: tl.constexpr, i_v, GATED: tl.constexpr,
+                   CHANNEL: tl.constexpr, FP16_DU: tl.constexpr, FP32_DOT: tl.constexpr,
+                   OPERAND_DTYPE: tl.constexpr):
     """The gradient of the state entering the chunk at c0 from b_dh of the one leaving it, dU
     stored: the backward walk's products on fp16 tensor cores, the same numbers as its tf32 ones.
-    kg and w are read as `_prepare_kernel` stored them, their columns' scales folded into the rows
-    of dh and of the product w^T dU; the other operands go in as `fp16_operand`s."""
-    if GATED:
+    kg, w and with a gate per channel qg are read as `_prepare_kernel` stored them, their
+    columns' scales folded into the rows of dh and of the products w^T dU and qg^T do; the other
+    operands go in as `fp16_operand`s."""
+    if CHANNEL:
+        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
+    elif GATED:
         b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
         eL = tl.exp(b_GL.to(tl.float32))
         eG_t = tl.exp(b_G.to(tl.float32))[None, :]
@@ -692,8 +708,13 @@ def _bwd_step_fp16(q, kg, ks, g, w, ws, do, dvnew, du, dus, u_idx, s_idx, b_dh, 
     b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v) + _state_product_fp16(
         b_kg, b_dh * column_scales(ks, s_idx, K, BK, BKS)[:, None], FP32_DOT, OPERAND_DTYPE)
     _store_operand(du, dus, u_idx, b_dU, row * V, c0, T, H, V, BT, BV, i_v, FP16_DU)
-    b_qgt, s_q = fp16_operand(load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0) * (eG_t * scale))
-    b_dh = b_dh * eL + mma_fp16(b_qgt, load_rows(do, row * V, c0, T, H, V, BT, BV, i_v), FP32_DOT) * s_q
+    b_do = load_rows(do, row * V, c0, T, H, V, BT, BV, i_v)
+    if CHANNEL:
+        b_dh = b_dh * eL + mma_fp16(load_stored(qg, row * K, c0, T, H, K, BT, BK, 0, True), b_do, FP32_DOT) * (
+            column_scales(qs, s_idx, K, BK, BKS)[:, None] * scale)
+    else:
+        b_qgt, s_q = fp16_operand(load_rows_t(q, row * K, c0, T, H, K, BT, BK, 0) * (eG_t * scale))
+        b_dh = b_dh * eL + mma_fp16(b_qgt, b_do, FP32_DOT) * s_q
     b_wt = load_stored(w, row * K, c0, T, H, K, BT, BK, 0, True)
     return b_dh - mma_fp16(b_wt, b_dU, FP32_DOT) * column_scales(ws, s_idx, K, BK, BKS)[:, None]
 
@@ -937,7 +958,7 @@ def _settings(K, dtype, gated: bool, channel: bool) -> tuple:
     From per-kernel device times at B=8, T=4096, H=16, K=V=128, bf16 on the H200 under every
     (BV, warps, stages) of 32/64, 4/8/16, 1/2 (benchmarks/tuning.md): the per-chunk kernels and
     the walks of a scalar gate (or none) are fastest with 4 warps, the walks 1.5-2.5x faster
-    pipelined (2 stages); the per-channel walks with 64-wide V-blocks and 8 warps; the pair
+    pipelined (2 stages); the per-channel walks with 64-wide V-blocks; the pair
     kernels (then on all of K) with 8 from K = 128. The backward's per-chunk kernels
     (`bwd_output`, `bwd_wy`) take 4 warps at every K, though `bwd_wy` spills 0.1-0.7 KB a thread
     (ptxas as launched, K = 128, bf16; `bwd_output` none without a gate, 0.1-0.3 KB with one;
@@ -971,7 +992,10 @@ def _settings(K, dtype, gated: bool, channel: bool) -> tuple:
     forward walk pipelined, the backward not (pipelined it spilled 188 bytes a thread and an SM
     held one); the output kernel in 2 stages. On the H200 at the bench shape: the forward walk
     0.49 -> 0.29 ms, the backward 0.81 -> 0.79 (gated_delta_rule 0.95 -> 0.85), the output kernel
-    0.36 -> 0.23 (benchmarks/tuning.md)."""
+    0.36 -> 0.23 (benchmarks/tuning.md). kda's walks (64-wide V-blocks from K = 64, K <= 128)
+    take them too: the forward walk 0.97 -> 0.70 ms (spills 492 -> 108 bytes a thread, sm_90a),
+    the backward 1.08 -> 0.60 with 4 warps (196 bytes spilled, two programs an SM) and 0.91 with
+    8 (none spilled, one an SM), which it keeps without fp16 products."""
     BK = max(16, triton.next_power_of_2(K))
     pipelined = 2 if dtype != torch.float32 and 64 <= BK <= 128 else 1
     per_chunk = dict(BV=32, num_warps=8 if BK > 128 else 4)
@@ -986,7 +1010,7 @@ def _settings(K, dtype, gated: bool, channel: bool) -> tuple:
             output = dict(per_chunk, BV=64, num_stages=2)   # 64 wide: see the module's note
     elif BK >= 64:
         fwd_walk = dict(BV=64, num_warps=4 if BK <= 128 else 8, num_stages=1)
-        bwd_walk = dict(BV=64, num_warps=8, num_stages=1)
+        bwd_walk = dict(BV=64, num_warps=4 if dtype != torch.float32 and BK <= 128 else 8, num_stages=1)
     else:
         fwd_walk = bwd_walk = dict(BV=32, num_warps=4, num_stages=1)
     prepare = dict(per_chunk, BK=min(BK, 64 if channel else 32))
@@ -1100,6 +1124,8 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
     ht = torch.empty(N, H, K, V, **f32) if output_final_state else None
     o = torch.empty(B, T, H, V, dtype=store_dtype(v.dtype), device=v.device)
     walk = settings["fwd_walk"]
+    # the forward walk's fp16 products also with a gate per channel, over 64-wide V-blocks
+    walk_fp16 = fp16_products or (fp16_operands and walk["BV"] == 64 and BK <= 128)
     store = ctx is not None or not channel   # the output kernel or the backward reads them
     # U travels to the output kernel and the backward as their tf32 products read it, fp16 with a
     # scale per chunk and V-block, and so do the states where only such products read them
@@ -1114,7 +1140,7 @@ def _forward(ctx, q, k, v, beta, g, scale, initial_state, output_final_state, ch
            ws, qs, ks, hs, us, h0, ht, states, vnew, o, chunk_offsets, scale, T, NT, USE_H0=h0 is not None,
            STORE_HT=output_final_state, VARLEN=chunk_offsets is not None, STORE=store,
            FP16_OPERANDS=fp16_operands, FP16_STATES=fp16_states, FP16_U=us is not None,
-           FP16_PRODUCTS=fp16_products, BKS=prepare["BK"], **modes, **walk)
+           FP16_PRODUCTS=walk_fp16, BKS=prepare["BK"], **modes, **walk)
     if not channel:
         output = dict(settings["output"], BV=min(settings["output"]["BV"], walk["BV"]))
         launch(_fwd_output_kernel, flat_grid(NT, B * H), q, k, qg, g, gc, Aqk, hs, us, states, vnew, o, scale,
@@ -1170,18 +1196,19 @@ class ChunkDeltaFunction(torch.autograd.Function):
                **settings["local"])
         walk = settings["bwd_walk"]
         # dU as the tf32 products of the per-chunk kernels read it, where they read it so alone
-        # (bf16 inputs: fp16 ones split it into two tf32 parts in the WY kernel, `_state_product`)
-        # and the walk has room for the tile's scale: the per-channel walk (8 warps). The scalar
-        # gate's (4 warps, pipelined) then spilled 300 bytes a thread and took 0.27 ms more at the
-        # bench shape on the H200, more than its readers saved (benchmarks/tuning.md)
-        fp16_du = ws is not None and q.dtype == torch.bfloat16 and channel
+        # (bf16 inputs: fp16 ones split it into two tf32 parts in the WY kernel, `_state_product`):
+        # half the bytes of the walk's store and of its two readers' loads. (The scalar gates'
+        # walk pipelined in tf32 products once spilled 300 bytes a thread more with it; in fp16
+        # products, unpipelined, it spills no more: benchmarks/tuning.md)
+        fp16_du = ws is not None and q.dtype == torch.bfloat16
         assert not fp16_du or walk["BV"] == settings["fwd_walk"]["BV"], "U and dU tiles share their scales' width"
         du = torch.empty(B, T, H, V, dtype=torch.float16, device=q.device) if fp16_du else dvnew
         dus = torch.empty(B * H * NT * triton.cdiv(V, walk["BV"]), **f32) if fp16_du else None
         launch(_bwd_walk_kernel, flat_grid(triton.cdiv(V, walk["BV"]), N * H), q, k, qg, kg, g, gc, w, ws, qs,
                ks, do, dht, dhs, dvnew, du, dus, dh0, ctx.chunk_offsets, ctx.scale, T, NT,
                USE_DHT=dht is not None, STORE_DH0=need_h0, VARLEN=ctx.chunk_offsets is not None,
-               FP16_OPERANDS=ws is not None, FP16_DU=fp16_du, FP16_PRODUCTS=ws is not None and not channel,
+               FP16_OPERANDS=ws is not None, FP16_DU=fp16_du,
+               FP16_PRODUCTS=ws is not None and (not channel or walk["BV"] == 64 and BK <= 128),
                BKS=settings["prepare"]["BK"], **modes, **walk)
 
         # dk is float32 until the last kernel adds to it and stores it whole (dk_out); dq too with a
