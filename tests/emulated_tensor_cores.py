@@ -177,7 +177,7 @@ def walk_error(planted="", variant="chunk"):
 
 def _same(a, b):
     """Whether a kernel's result a is b, the same kernel's with float32 operands: bit for bit
-    where the tensor cores are emulated; on a GPU, where the scalar gates' fp16 products sum
+    where the tensor cores are emulated; on a GPU, where the walks' fp16 products sum
     inside the tensor cores otherwise than tf32 ones and the walks carry the last bits on, within
     one bf16 rounding at b's largest magnitude (emulated, fp16 products' sums cut by three bits
     moved delta_rule's dh0 by 4e-5 of its largest and its bf16 gradients by 1.5e-3; a forgotten

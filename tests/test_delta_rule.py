@@ -356,7 +356,7 @@ def test_fp16_tf32_tiles_give_what_float32_operands_give():
     power-of-two scale per tile, and so do the scalar gates' states without autograd, and
     delta_rule's in training too (bf16 inputs) (ops/common/tf32_storage.py); with the tensor
     cores emulated on a CPU o, the final state and every gradient are the same bit for bit as
-    with float32 operands (on a GPU within a rounding: the scalar gates' walks take them in fp16
+    with float32 operands (on a GPU within a rounding: the walks take them in fp16
     products, which accumulate otherwise than tf32 ones), and o and the final state without
     autograd are training's. Tested both ways: walks that forget their operands' scales
     give another o; readers that forget the states' and U's give other gradients, and for the

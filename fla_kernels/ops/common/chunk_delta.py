@@ -32,8 +32,8 @@ Forward:  `_prepare_kernel` (Ti, w, u per chunk; with a gate per channel also th
           where the backward too reads them through tf32 products alone: every result is the
           same bit for bit as from float32 operands, short of fp16's subnormals (`TF32_TILES`;
           at the bench shape on the H200, the forward of kda 2.22 ms against 2.35, of
-          delta_rule 1.55 against 1.65). So does kda's dU from the backward walk to the
-          per-chunk kernels, for bf16 inputs.
+          delta_rule 1.55 against 1.65). So does dU from the backward walk to the per-chunk
+          kernels, for bf16 inputs.
 Backward: `_bwd_local_kernel` (per chunk: dU's own part, scale (Gamma * Q K^T)^T do), then
           `_bwd_walk_kernel` walks back per V-block with dh the gradient of the state leaving a
           chunk: dU += diag(exp(G_L - G)) K dh, then
@@ -73,12 +73,12 @@ one row, so they are left out of both sides instead of cancelling to rounding.
 Launch settings per kernel (V-block width, warps, pipelining) are `_settings`'.
 
 Products: two loaded input tiles in the inputs' dtype (exact), anything computed as rounded tf32
-(`mma` with float32 operands; with 16-bit inputs the scalar gates' walks and output kernel take
-the same tf32 values as scaled fp16 tiles into fp16 products, ops/common/tf32_storage.py), the
-triangular solve in IEEE fp32 and its gradient in three tf32
-products (`mma_tf32x3`, about 21 bits); fp32 inputs (and the interpreter) take IEEE fp32
-everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned row (ops/common/varlen.py):
-the walks take its sequences' chunk offsets.
+(`mma` with float32 operands; with 16-bit inputs the walks, kda's where their V-blocks are 64
+wide, and the scalar gates' output kernel take the same tf32 values as scaled fp16 tiles into
+fp16 products, ops/common/tf32_storage.py), the triangular solve in IEEE fp32 and its gradient
+in three tf32 products (`mma_tf32x3`, about 21 bits); fp32 inputs (and the interpreter) take
+IEEE fp32 everywhere. A packed batch (cu_seqlens) runs on its chunk-aligned row
+(ops/common/varlen.py): the walks take its sequences' chunk offsets.
 """
 from __future__ import annotations
 
