@@ -284,6 +284,24 @@ def _last_cumgate(gc, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.const
 
 
 @triton.jit
+def _walk_decays(g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr, BT: tl.constexpr,
+                 BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr):
+    """(eL, eG_t) of the chunk at c0 for the walks: exp(G_L), the decay of the state leaving it
+    ([BK, 1] per key channel, from G_L alone; a scalar for a scalar gate; 1 without), and a scalar
+    gate's exp(G) [1, BT] (ones otherwise: the per-channel walks read qg, which holds it)."""
+    eG_t = tl.full([1, BT], 1.0, tl.float32)
+    if CHANNEL:
+        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
+    elif GATED:
+        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
+        eL = tl.exp(b_GL.to(tl.float32))
+        eG_t = tl.exp(b_G.to(tl.float32))[None, :]
+    else:
+        eL = 1.0
+    return eL, eG_t
+
+
+@triton.jit
 def _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.constexpr,
                BT: tl.constexpr, BK: tl.constexpr, GATED: tl.constexpr, CHANNEL: tl.constexpr,
                TRANSPOSED: tl.constexpr):
@@ -296,7 +314,7 @@ def _walk_keys(k, kg, g, gc, i_b, i_h, row, c0, T, H: tl.constexpr, K: tl.conste
             b_kg = load_rows_t(kg, row * K, c0, T, H, K, BT, BK, 0)
         else:
             b_kg = load_rows(kg, row * K, c0, T, H, K, BT, BK, 0)
-        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
+        eL, eG_t = _walk_decays(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)
     else:
         eG, eLG, eG_t, eLG_t, eL, gam, gam_t = _gates(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK,
                                                       GATED, CHANNEL)
@@ -517,12 +535,7 @@ def _fwd_step_fp16(w, ws, u, kg, ks, qg, qs, Aqk, g, gc, vnew, us, o, scale, v_i
     tf32 ones. w, kg and qg are read as `_prepare_kernel` stored them, their columns' scales
     folded into the rows of h and of the product k^T U; h, U and the pairs go in as
     `fp16_operand`s."""
-    if CHANNEL:
-        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
-    elif GATED:
-        eL = tl.exp(chunk_cumgate(g, i_b, i_h, c0, T, H, BT)[1].to(tl.float32))
-    else:
-        eL = 1.0
+    eL, eG_t = _walk_decays(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)
     b_w = load_stored(w, row * K, c0, T, H, K, BT, BK, 0, False)
     b_U = load_rows(u, row * V, c0, T, H, V, BT, BV, i_v) - mma_fp16(
         b_w, b_h * column_scales(ws, s_idx, K, BK, BKS)[:, None], FP32_DOT)
@@ -695,15 +708,7 @@ def _bwd_step_fp16(q, qg, qs, kg, ks, g, gc, w, ws, do, dvnew, du, dus, u_idx, s
     kg, w and with a gate per channel qg are read as `_prepare_kernel` stored them, their
     columns' scales folded into the rows of dh and of the products w^T dU and qg^T do; the other
     operands go in as `fp16_operand`s."""
-    if CHANNEL:
-        eL = tl.exp(_last_cumgate(gc, row, c0, T, H, K, BT, BK).to(tl.float32))[:, None]
-    elif GATED:
-        b_G, b_GL = chunk_cumgate(g, i_b, i_h, c0, T, H, BT)
-        eL = tl.exp(b_GL.to(tl.float32))
-        eG_t = tl.exp(b_G.to(tl.float32))[None, :]
-    else:
-        eL = 1.0
-        eG_t = tl.full([1, BT], 1.0, tl.float32)
+    eL, eG_t = _walk_decays(g, gc, i_b, i_h, row, c0, T, H, K, BT, BK, GATED, CHANNEL)
     b_kg = load_stored(kg, row * K, c0, T, H, K, BT, BK, 0, False)
     b_dU = load_rows(dvnew, row * V, c0, T, H, V, BT, BV, i_v) + _state_product_fp16(
         b_kg, b_dh * column_scales(ks, s_idx, K, BK, BKS)[:, None], FP32_DOT, OPERAND_DTYPE)
