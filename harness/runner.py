@@ -203,7 +203,8 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
                 rows += [_row(case, impl, "aggregate", f"{name} (sum over {over})", **metrics)
                          for over, metrics in compare_sums(context.take(name, run.result), golden[name],
                                                            baseline[name], context.tolerances[name],
-                                                           context.dtypes[name], case.B * case.H > 1)]
+                                                           context.dtypes[name], case.B * case.H > 1,
+                                                           spec.baseline_chunk_size)]
         for check in selected:
             if check.applies(context, impl):
                 where["step"] = f"{label}: the {check.name} check"

@@ -228,16 +228,17 @@ def _rounded_sums(x, gold, base):
 
 
 def test_sums_allow_fresh_roundings_of_no_sign_and_fail_those_of_one_sign():
-    """A golden whose rounding to bf16 sums to nothing (pairs a, -a) and a baseline that rounds as it
-    does leave a bound of 0. A kernel whose elements round one bf16 unit the other way, at 40 tokens
-    of random signs, is chance (its sum leans under 4 x the root sum of squares of its deviations)
-    and passes within the spread of fresh roundings; the same 40 deviations of one sign fail."""
+    """A golden whose rounding to bf16 sums to nothing (pairs a, -a) and a baseline that rounds as
+    it does: the baseline's error of the sum is what its chunks' roundings add up to by chance. A
+    kernel whose elements round one bf16 unit the other way, at 400 tokens of random signs, is
+    chance (its sum leans under 4 x the root sum of squares of its deviations) and passes; the
+    same 400 deviations of one sign fail, and say how far they lean."""
     gen = torch.Generator().manual_seed(0)
     half = torch.randn(1, 2048, 1, 1, generator=gen, dtype=torch.float64)
     gold = torch.cat([half, -half], dim=1)
     rounded = gold.to(torch.bfloat16).to(torch.float64)
     ulp = torch.zeros_like(gold)
-    picked = torch.randperm(4096, generator=gen)[:40]
+    picked = torch.randperm(4096, generator=gen)[:400]
     ulp[0, picked] = rounded[0, picked].abs() * 2.0 ** -7
     signs = torch.randint(0, 2, gold.shape, generator=gen).to(torch.float64) * 2 - 1
     assert (rounded - gold).sum().abs() < 1e-12
@@ -245,7 +246,8 @@ def test_sums_allow_fresh_roundings_of_no_sign_and_fail_those_of_one_sign():
     assert noise["verdict"] == "PASS" and noise["err"] > 0 and noise["bound"] >= noise["err"], noise
     bias = _rounded_sums(rounded + ulp, gold, rounded)["t"]
     assert bias["verdict"] == "FAIL", bias
-    assert "lean one way, 4.99 x their root sum of squares (chance: up to 4)" in bias["message"], bias
+    lean = (ulp.sum() / ulp.pow(2).sum().sqrt()).item()
+    assert f"lean one way, {lean:.3g} x their root sum of squares (chance: up to 4)" in bias["message"], bias
 
 
 def test_a_sums_spread_is_the_root_sum_of_squares_of_its_deviations_from_the_rounded_golden():
@@ -261,3 +263,38 @@ def test_a_sums_spread_is_the_root_sum_of_squares_of_its_deviations_from_the_rou
     assert rows["t"]["spread"] == pytest.approx(deviation.pow(2).sum(1).sqrt().max().item())
     assert rows["b, t, h"]["spread"] == pytest.approx(deviation.pow(2).sum((0, 1, 2)).sqrt().max().item())
     assert dict(compare_sums(rounded, gold, rounded, tol, torch.bfloat16, True))["t"]["spread"] == 0.0
+
+
+
+def test_a_long_sums_baseline_error_is_at_least_what_its_chunks_add_up_to():
+    """One sum over 4,096 tokens, float64 (no rounding floor). The baseline's token errors cancel
+    in pairs 2,048 tokens apart, so its sum is exact by luck, while each 64-token chunk of it is
+    off: its error is the root sum of squares of those chunks' sums. A kernel off as much, signs at
+    random, passes within three of them; four times as far off it fails without leaning; off as
+    much in one direction it fails as leaning. Over fewer than two chunks the error is the draw
+    itself."""
+    from harness.metrics import compare_sums
+    gen = torch.Generator().manual_seed(1)
+    gold = torch.randn(1, 4096, 1, generator=gen, dtype=torch.float64)
+    scale = torch.rand(1, 2048, 1, generator=gen, dtype=torch.float64) * 1e-3
+    paired = torch.randint(0, 2, scale.shape, generator=gen).to(torch.float64) * 2 - 1
+    base = gold + torch.cat([scale * paired, -scale * paired], dim=1)
+    deviation = torch.cat([scale, scale], dim=1) * (torch.randint(0, 2, gold.shape, generator=gen) * 2 - 1)
+    chunks = (base - gold).reshape(1, 64, 64, 1).sum(2)
+    spread = chunks.pow(2).sum().sqrt().item()
+    lean = (deviation.sum().abs() / deviation.pow(2).sum().sqrt()).item()
+    assert abs((base - gold).sum().item()) < 1e-12 and 1.0 < lean < 4.0, lean
+    tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
+
+    def sum_row(x, base=base, gold=gold):
+        return dict(compare_sums(x, gold, base, tol, torch.float64, across_heads=False))["t"]
+
+    like_base = sum_row(gold + deviation)
+    assert like_base["base_err"] == pytest.approx(spread)
+    assert like_base["verdict"] == "PASS" and like_base["err"] > spread, like_base
+    noisier = sum_row(gold + 4 * deviation)
+    assert noisier["verdict"] == "FAIL" and "lean one way" not in noisier["message"], noisier
+    one_sign = sum_row(gold + deviation.abs())
+    assert one_sign["verdict"] == "FAIL" and "lean one way" in one_sign["message"], one_sign
+    short = sum_row(gold[:, :127] + deviation[:, :127], base[:, :127], gold[:, :127])
+    assert short["base_err"] == pytest.approx(abs((base - gold)[:, :127].sum().item()))
