@@ -265,7 +265,6 @@ def test_a_sums_spread_is_the_root_sum_of_squares_of_its_deviations_from_the_rou
     assert dict(compare_sums(rounded, gold, rounded, tol, torch.bfloat16, True))["t"]["spread"] == 0.0
 
 
-
 def test_a_long_sums_baseline_error_is_at_least_what_its_chunks_add_up_to():
     """One sum over 4,096 tokens, float64 (no rounding floor). The baseline's token errors cancel
     in pairs 2,048 tokens apart, so its sum is exact by luck, while each 64-token chunk of it is
