@@ -183,7 +183,7 @@ def _chance_bounds(deviation, rounding, dims, bound: float, atol: float):
     return bounds, leans
 
 
-def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bool, block: int = 64) -> list:
+def compare_sums(x, gold, base, tol: Tolerance, expected_dtype, across_heads: bool, block: int) -> list:
     """[(label, metrics)] of the sums of gradient `x` [B, T, H, ...] over tokens (when T > 1), and
     over batch, tokens and heads (when `across_heads`: B * H > 1), against the golden's sums, in
     float64.

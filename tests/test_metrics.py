@@ -12,6 +12,7 @@ from reports.schema import CHANCE_SIGMAS
 from harness.tolerance import Tolerance, tolerance_for
 
 TOL = Tolerance(factor=2.0, atol=1e-6)
+CHUNK = 64   # the baseline chunk these tests' sums are measured in (`compare_sums`' block)
 
 
 def tensors(seed=0, shape=(2, 30, 3, 8)):
@@ -200,7 +201,7 @@ def test_float32_state_of_a_bf16_case_takes_the_fp32_floor_rule():
 def _sums(x, gold, base):
     from harness.metrics import compare_sums
     tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
-    return dict(compare_sums(x, gold, base, tol, torch.float64, across_heads=True))
+    return dict(compare_sums(x, gold, base, tol, torch.float64, across_heads=True, block=CHUNK))
 
 
 def test_sum_across_heads_takes_the_groups_errors_when_the_baselines_cancel():
@@ -224,7 +225,7 @@ def test_sum_across_heads_takes_the_groups_errors_when_the_baselines_cancel():
 def _rounded_sums(x, gold, base):
     from harness.metrics import compare_sums
     tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
-    return dict(compare_sums(x, gold, base, tol, torch.bfloat16, across_heads=False))
+    return dict(compare_sums(x, gold, base, tol, torch.bfloat16, across_heads=False, block=CHUNK))
 
 
 def test_sums_allow_fresh_roundings_of_no_sign_and_fail_those_of_one_sign():
@@ -259,10 +260,10 @@ def test_a_sums_spread_is_the_root_sum_of_squares_of_its_deviations_from_the_rou
     rounded = gold.to(torch.bfloat16).to(torch.float64)
     deviation = torch.randn(gold.shape, generator=gen, dtype=torch.float64) * 1e-3
     tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
-    rows = dict(compare_sums(rounded + deviation, gold, rounded, tol, torch.bfloat16, True))
+    rows = dict(compare_sums(rounded + deviation, gold, rounded, tol, torch.bfloat16, True, CHUNK))
     assert rows["t"]["spread"] == pytest.approx(deviation.pow(2).sum(1).sqrt().max().item())
     assert rows["b, t, h"]["spread"] == pytest.approx(deviation.pow(2).sum((0, 1, 2)).sqrt().max().item())
-    assert dict(compare_sums(rounded, gold, rounded, tol, torch.bfloat16, True))["t"]["spread"] == 0.0
+    assert dict(compare_sums(rounded, gold, rounded, tol, torch.bfloat16, True, CHUNK))["t"]["spread"] == 0.0
 
 
 def test_a_long_sums_baseline_error_is_at_least_what_its_chunks_add_up_to():
@@ -279,14 +280,14 @@ def test_a_long_sums_baseline_error_is_at_least_what_its_chunks_add_up_to():
     paired = torch.randint(0, 2, scale.shape, generator=gen).to(torch.float64) * 2 - 1
     base = gold + torch.cat([scale * paired, -scale * paired], dim=1)
     deviation = torch.cat([scale, scale], dim=1) * (torch.randint(0, 2, gold.shape, generator=gen) * 2 - 1)
-    chunks = (base - gold).reshape(1, 64, 64, 1).sum(2)
+    chunks = (base - gold).reshape(1, 4096 // CHUNK, CHUNK, 1).sum(2)
     spread = chunks.pow(2).sum().sqrt().item()
     lean = (deviation.sum().abs() / deviation.pow(2).sum().sqrt()).item()
     assert abs((base - gold).sum().item()) < 1e-12 and 1.0 < lean < 4.0, lean
     tol = Tolerance(factor=3.0, atol=0.0, floor_factor=2.0)
 
     def sum_row(x, base=base, gold=gold):
-        return dict(compare_sums(x, gold, base, tol, torch.float64, across_heads=False))["t"]
+        return dict(compare_sums(x, gold, base, tol, torch.float64, across_heads=False, block=CHUNK))["t"]
 
     like_base = sum_row(gold + deviation)
     assert like_base["base_err"] == pytest.approx(spread)
