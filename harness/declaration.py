@@ -153,6 +153,13 @@ class OpSpec:
     def initial_state_grad_names(self) -> list:
         return ["d" + s.name + "0" for s in self.states]
 
+    def tensor_shapes(self) -> dict:
+        """The symbolic shape of every tensor a run returns: o, the final states, the gradients."""
+        shapes = {"o": ("B", "T", "H", "V"), **{"d" + s.name: s.shape for s in self.inputs}}
+        for state in self.states:
+            shapes[state.name + "t"] = shapes["d" + state.name + "0"] = state.shape
+        return shapes
+
 
 QKV = (InputSpec("q", ("B", "T", "H", "K")), InputSpec("k", ("B", "T", "H", "K")),
        InputSpec("v", ("B", "T", "H", "V")))

@@ -12,6 +12,14 @@ from harness.packing import per_sequence
 from harness.declaration import OpSpec, load_function
 
 
+def baseline_function(spec: OpSpec, case: Case):
+    """The same-dtype baseline: the chunked reference with its products' operands in the case's
+    dtype, in chunks of the op's `baseline_chunk_size`; sequence by sequence when packed."""
+    baseline_fn = functools.partial(load_function(spec.reference_chunked), operand_dtype=case.torch_dtype,
+                                    chunk_size=spec.baseline_chunk_size)
+    return per_sequence(baseline_fn, spec.under(case.option)) if case.packed else baseline_fn
+
+
 def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None, golden=None,
                         **options) -> tuple[dict, dict]:
     """The float64 golden (loop for short T, chunked form beyond) and the same-dtype baseline,
@@ -24,13 +32,10 @@ def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None
         found = cache.get(spec, case, options, inputs.do.device)
         if found is not None:
             return found
-    loop = load_function(spec.reference_loop)
-    chunked = load_function(spec.reference_chunked)
-    golden_fn = loop if inputs.dims["T"] <= spec.loop_max_T else chunked
-    baseline_fn = functools.partial(chunked, operand_dtype=case.torch_dtype,
-                                    chunk_size=spec.baseline_chunk_size)
+    golden_fn = load_function(spec.reference_loop if inputs.dims["T"] <= spec.loop_max_T else spec.reference_chunked)
     if case.packed:
-        golden_fn, baseline_fn = (per_sequence(f, spec.under(case.option)) for f in (golden_fn, baseline_fn))
+        golden_fn = per_sequence(golden_fn, spec.under(case.option))
+    baseline_fn = baseline_function(spec, case)
     if golden is None:
         golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64, **options)
     baseline = execute(baseline_fn, spec, case, inputs, **options)

@@ -5,7 +5,9 @@ first, so the long cases do not end the run alone, each worker keeping to one op
 cases, so an op's first calls compile in few processes), and is the only writer of results.csv: a case's
 rows reach it whole, as the case finishes, whichever worker ran it. A worker whose GPU context
 dies, or whose process dies, costs only its case (ERROR rows saying how, as in a one-process
-sweep); a new worker takes its device. The workers rebuild the plan from the sweep's own
+sweep); a new worker takes its device. Workers sharing a device (a GPU, or the CPU) share its
+memory: a case that runs out of it there, or whose worker dies, is run again once, after the
+others, alone on its device, and only then are its rows written. The workers rebuild the plan from the sweep's own
 arguments, so a case is known by its place in the plan."""
 from __future__ import annotations
 
@@ -160,6 +162,12 @@ class _Slot:
         return f"worker {self.number}" + (f" (GPU {self.device})" if self.device is not None else "")
 
 
+def ran_out_of_memory(rows: list[dict]) -> bool:
+    """Whether a case's rows hold an ERROR of its device's memory running out (torch's or
+    Triton's), which workers sharing the device may have caused."""
+    return any(r["verdict"] == "ERROR" and "out of memory" in str(r.get("message", "")).lower() for r in rows)
+
+
 class WorkersFailed(RuntimeError):
     """No worker could start, so the cases left cannot run."""
 
@@ -188,9 +196,10 @@ def run_parallel_sweep(argv: list[str], plan, indices, out_dir: Path, run_id: st
             dealer.interrupted = True
         finally:
             dealer.close()
-    if dealer.todo and not dealer.interrupted:
-        raise WorkersFailed(f"no worker could start; {len(dealer.todo)} case(s) not run (the "
-                            "workers' errors are above)")
+    left = len(dealer.todo) + len(dealer.alone)
+    if left and not dealer.interrupted:
+        raise WorkersFailed(f"no worker could start; {left} case(s) not run (the workers' errors "
+                            "are above)")
     return run.outcome(time.perf_counter() - start, dealer.ran, len(indices) - len(todo),
                        dealer.interrupted)
 
@@ -207,6 +216,10 @@ class _Dealer:
                         dynamic_ncols=True)
         self.slots = [_Slot(n + 1, d) for n, d in enumerate(worker_devices(min(jobs, max(1, len(todo)))))]
         self.threads = threads_per_worker(len(self.slots))
+        devices = [s.device for s in self.slots]
+        self.shared = {d for d in devices if devices.count(d) > 1}   # devices (None: the CPU) shared
+        self.alone = []       # cases to run again alone on a device, after the others
+        self.retried = set()  # cases dealt from `alone`: their rows stand
         for slot in self.slots:
             slot.bar = tqdm(total=0, position=slot.number, bar_format="{desc}", disable=not progress,
                             leave=False)
@@ -242,20 +255,39 @@ class _Dealer:
         slot.bar.set_description_str(f"{slot.label()}: starting")
 
     def _deal(self, slot: _Slot):
-        """The next case to the slot's worker, or the word to stop."""
+        """The next case to the slot's worker, or the word to stop. Once every case is dealt, a
+        case to run again alone goes to a worker with no other left on its device; the others
+        stop, so that one is left on each."""
         slot.where = {}
         if self.todo:
             others = {self.plan[s.case][1].op for s in self.slots if s is not slot and s.case is not None}
-            slot.case = self.todo.pop(next_case(self.todo, self.plan, slot.op, others))
-            slot.op = self.plan[slot.case][1].op
-            slot.conn.send(slot.case)
-            slot.bar.set_description_str(f"{slot.label()}: {self._case_id(slot.case)}")
+            self._send(slot, self.todo.pop(next_case(self.todo, self.plan, slot.op, others)))
+        elif self.alone and not any(s is not slot and s.process is not None and s.device == slot.device
+                                    for s in self.slots):
+            index = self.alone.pop(0)
+            self.retried.add(index)
+            self._send(slot, index)
         else:
             slot.case = None
             slot.conn.send(None)
             _end(slot.process)
             slot.process = None
             slot.bar.set_description_str(f"{slot.label()}: done")
+
+    def _send(self, slot: _Slot, index: int):
+        slot.case, slot.op = index, self.plan[index][1].op
+        slot.conn.send(index)
+        slot.bar.set_description_str(f"{slot.label()}: {self._case_id(index)}")
+
+    def _again_alone(self, slot: _Slot, index: int, why: str) -> bool:
+        """Whether case `index`, which ran out of memory or died on the slot's shared device, is
+        put aside to run again alone there (once: after that its rows stand)."""
+        if slot.device not in self.shared or index in self.retried:
+            return False
+        self.alone.append(index)
+        self.echo(f"{slot.label()}: case {self._case_id(index)} {why} beside other workers on its device; "
+                  "it runs again alone there after the others", flush=True)
+        return True
 
     def _case_id(self, index) -> str:
         return self.plan[index][1].case_id
@@ -278,7 +310,8 @@ class _Dealer:
                 f"{slot.label()}: {self._case_id(slot.case)}: {slot.where.get('step') or ''}"[:160])
         else:
             _, index, rows, lost = message
-            self._write(index, rows)
+            if not (ran_out_of_memory(rows) and self._again_alone(slot, index, "ran out of memory")):
+                self._write(index, rows)
             if lost:
                 self.echo(f"{slot.label()}: the GPU context was lost in case {self._case_id(index)}; "
                           "a new worker takes its device", flush=True)
@@ -309,11 +342,12 @@ class _Dealer:
             return
         self.echo(f"{slot.label()} died ({cause}) in case {self._case_id(slot.case)}; a new worker "
                   "takes its device", flush=True)
-        marker = {"case_id": self._case_id(slot.case), **slot.where, "died": cause}
-        self.bad += write_death(marker, self.plan, self.run_.done, self.writer, self.run_.shared,
-                                 self.echo)
-        self.ran += 1
-        self.bar.update(1)
+        if not self._again_alone(slot, slot.case, "died"):
+            marker = {"case_id": self._case_id(slot.case), **slot.where, "died": cause}
+            self.bad += write_death(marker, self.plan, self.run_.done, self.writer, self.run_.shared,
+                                     self.echo)
+            self.ran += 1
+            self.bar.update(1)
         self._start(slot)
 
     def close(self):

@@ -28,7 +28,7 @@ from harness.checks.segments import segment_bounds
 from harness.declaration import OpSpec, load_function
 from harness.inputs import packed_lengths
 from harness.registry import get_op
-from harness.runner import _seq_layout, contract_dtypes, expected_tensors, tensor_shapes
+from harness.runner import _seq_layout, contract_dtypes, expected_tensors
 from harness.tolerance import tolerance_for
 
 _COUNT = r"[1-9][0-9]*"
@@ -58,7 +58,7 @@ _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.Option
                 packing.sequence_count, packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
                 inputs.CaseInputs, inputs._generator, inputs.of_kind, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
-                execution.execute, execution.describe_error, sweep.device_healthy, goldens.golden_and_baseline,
+                execution.execute, execution.describe_error, sweep.device_healthy, goldens.baseline_function, goldens.golden_and_baseline,
                 sampling.Sample, sampling.reference_states, sampling.choose_sample)
 
 
@@ -214,7 +214,7 @@ def _tensor_tables(spec: OpSpec, case: Case) -> dict:
         "expected_dtypes": "\n".join(f"    {literal(n)}: {dtypes[n]}," for n in names),
         "tolerances": "\n".join(f"    {literal(n)}: {rows[n]!r}," for n in names),
         "sequence_tensors": _names([n for n in names if _seq_layout(spec, n)]),
-        "shapes": "{" + ", ".join(f"{literal(n)}: {tensor_shapes(spec)[n]!r}" for n in names) + "}",
+        "shapes": "{" + ", ".join(f"{literal(n)}: {spec.tensor_shapes()[n]!r}" for n in names) + "}",
     }
 
 

@@ -17,8 +17,9 @@ from harness.execution import (Execution, RunFailed, describe_error, rejected_or
                                unsupported)
 from harness.goldens import golden_and_baseline
 from harness.inputs import CaseInputs, make_inputs
-from harness.metrics import compare_sums, compare_to_golden, compare_variants
+from harness.metrics import compare_sums, compare_to_golden, compare_variants, few_chunk_sums
 from harness.packing import name_sequences
+from harness.redraws import baseline_redraws
 from harness.sampling import Sample, choose_sample
 from harness import upstream
 from harness.declaration import OpSpec, load_function
@@ -70,16 +71,8 @@ def contract_dtypes(spec: OpSpec, case: Case, inputs: CaseInputs) -> dict:
     return dtypes
 
 
-def tensor_shapes(spec: OpSpec) -> dict:
-    """The symbolic shape of every tensor a run returns: o, the final states, the gradients."""
-    shapes = {"o": ("B", "T", "H", "V"), **{"d" + s.name: s.shape for s in spec.inputs}}
-    for state in spec.states:
-        shapes[state.name + "t"] = shapes["d" + state.name + "0"] = state.shape
-    return shapes
-
-
 def _seq_layout(spec: OpSpec, tensor: str) -> bool:
-    return tuple(tensor_shapes(spec).get(tensor, ())[:3]) == ("B", "T", "H")
+    return tuple(spec.tensor_shapes().get(tensor, ())[:3]) == ("B", "T", "H")
 
 
 UNSAMPLED = ("a parameter shared by every batch row and sequence has no golden on a sample of them "
@@ -94,9 +87,12 @@ def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
     sample = choose_sample(spec, case, full)
     inputs = full if sample is None else sample.inputs(spec, full)   # what the references take
     golden, baseline = golden_and_baseline(spec, case, inputs, cache)
-    shapes = tensor_shapes(spec)
+    shapes = spec.tensor_shapes()
     expected = expected_tensors(spec, case)
     names = [n for n in expected if sample is None or Sample.covers(shapes[n])]
+    summed = [n for n in names if n != "o" and _seq_layout(spec, n)]
+    few = any(few_chunk_sums(golden[n].shape, spec.baseline_chunk_size) for n in summed)
+    redraws = baseline_redraws(spec, case, inputs) if few else []
     dtypes = contract_dtypes(spec, case, inputs)
     tolerances = {name: tolerance_for(case.op, name, case.activation_dtype, inputs.longest,
                                       DTYPE_NAMES[dtypes[name]]) for name in names}
@@ -131,7 +127,8 @@ def case_context(spec: OpSpec, case: Case, device, cache=None) -> CaseContext:
                        dtypes=dtypes, tolerances=tolerances,
                        derive=lambda other: case_context(spec, other, device, cache),
                        agreement=lambda *sides: agreement(context, *sides), take=take, sample=sample,
-                       unsampled=[n for n in expected if n not in names], reference_inputs=inputs)
+                       unsampled=[n for n in expected if n not in names], reference_inputs=inputs,
+                       sum_baselines={n: [baseline[n]] + [d[n] for d in redraws] for n in summed})
     return context
 
 
@@ -198,13 +195,11 @@ def run_case(spec: OpSpec, case: Case, impls: list[Implementation], device,
             rows.append(_row(case, impl, "golden", name, wall_s=wall, **metrics))
         rows += [_row(case, impl, "golden", name, verdict="SKIP", message=UNSAMPLED)
                  for name in context.unsampled]
-        for name in names:
-            if _seq_layout(spec, name) and name != "o":
-                rows += [_row(case, impl, "aggregate", f"{name} (sum over {over})", **metrics)
-                         for over, metrics in compare_sums(context.take(name, run.result), golden[name],
-                                                           baseline[name], context.tolerances[name],
-                                                           context.dtypes[name], case.B * case.H > 1,
-                                                           spec.baseline_chunk_size)]
+        for name, draws in context.sum_baselines.items():
+            rows += [_row(case, impl, "aggregate", f"{name} (sum over {over})", **metrics)
+                     for over, metrics in compare_sums(context.take(name, run.result), golden[name], draws,
+                                                       context.tolerances[name], context.dtypes[name],
+                                                       case.B * case.H > 1, spec.baseline_chunk_size)]
         for check in selected:
             if check.applies(context, impl):
                 where["step"] = f"{label}: the {check.name} check"

@@ -97,6 +97,7 @@ def test_a_worker_that_dies_costs_its_case_and_a_new_worker_goes_on(tmp_path):
     done = harness([*args, "--jobs", "2", "--out", str(tmp_path)])
     assert done.returncode == 1, done.stderr
     assert "died (killed by SIGABRT) in case " + DYING in done.stdout
+    assert f"case {DYING} died beside other workers on its device" in done.stdout   # then alone
     got = rows(tmp_path)
     assert sorted(got["case_id"].unique()) == sorted(
         f"toy_decay-fp32-B1-T{T}-H1-K16-V16-h0_none-normal-s0" for T in (5, 20, 33, 40))
@@ -105,6 +106,31 @@ def test_a_worker_that_dies_costs_its_case_and_a_new_worker_goes_on(tmp_path):
     assert died["message"].iloc[0].startswith("the sweep process died during this case (killed by SIGABRT)")
     assert "its run" in died["message"].iloc[0]
     assert (got[got["case_id"] != DYING]["verdict"] == "PASS").all()
+
+
+def test_a_case_out_of_memory_beside_other_workers_runs_again_alone(tmp_path):
+    """Workers share their device's memory: a case that ran out of it beside them (the first call
+    of this kernel, at T = 20) runs again alone after the others, and its rows are that run's. In
+    one process nothing shares the device: the ERROR row stands."""
+    args = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
+            "--V", "16", "--h0", "none", "--gate", "normal", "--T", "5,20,33,40", "--checks", "none",
+            "--variant", "chunk", "--no-golden-cache", "--quiet",
+            "--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_once_at_T20"]
+    os.environ["TOY_OOM_ONCE"] = str(tmp_path / "held")
+    try:
+        shared = harness([*args, "--jobs", "2", "--out", str(tmp_path / "two")])
+        (tmp_path / "held").unlink()
+        alone = harness([*args, "--out", str(tmp_path / "one")])
+    finally:
+        del os.environ["TOY_OOM_ONCE"]
+    assert shared.returncode == 0, shared.stdout + shared.stderr
+    assert f"case {DYING} ran out of memory beside other workers on its device" in shared.stdout
+    got = rows(tmp_path / "two")
+    assert got["case_id"].nunique() == 4 and (got["verdict"] == "PASS").all()
+    assert alone.returncode == 1
+    lone = rows(tmp_path / "one")
+    assert list(lone[lone["verdict"] != "PASS"]["case_id"]) == [DYING]
+    assert "out of memory" in lone[lone["case_id"] == DYING]["message"].iloc[0]
 
 
 def case(T, H=1):

@@ -68,8 +68,12 @@ def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
     """dw = -dU h^T and dU += k dh of the chunked delta rule's backward with fp16 inputs: the
     state and its gradient as hi + lo tf32 parts (`mma_tf32_split_rhs`, and on fp16 tensor cores
     in the backward walk `mma_fp16_split_rhs`). One tf32 rounding of them, as fine as fp16's own,
-    is shared by every row of the chunk and leaned dbeta's sum over t to 1.07 times its bound on
-    an H200 (this case, seed 0), while every element passed."""
+    is shared by every row of the chunk: dbeta's sum over t here is three times as far off as the
+    built kernel's, while every element passes. That one rounding put the sum at 1.07 times its
+    bound on an H200 (this case, seed 0) when the bound rested on one draw of the baseline; with
+    the baseline drawn afresh (harness/redraws.py) it sits inside it (0.93 here), as a rounding as
+    fine as the baseline's own should: so this is the kernel's precision, kept, not a bug the
+    harness fails."""
     args = ("case", "delta_rule", "chunk", "fp16", "2", "65", "2", "60", "60", "strong", "none",
             "none", "none")
     sums = ("aggregate: dbeta (sum over t)", "aggregate: dbeta (sum over b, t, h)")
@@ -77,7 +81,6 @@ def test_delta_rule_fp16_dw_takes_the_state_in_two_tf32_parts():
     rows, planted = built_and_planted(args, f"tf32@{module}:mma_tf32_split_rhs+tf32@{module}:mma_fp16_split_rhs",
                                       sums + ("golden: dbeta",))
     assert planted["golden: dbeta"][0] == "PASS", planted
-    assert planted[sums[0]][0] == "FAIL", planted
     assert planted[sums[0]][1] > 2 * rows[sums[0]][1], (planted[sums[0]], rows[sums[0]])
 
 

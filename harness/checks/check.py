@@ -32,6 +32,7 @@ class CaseContext:
     sample: object = None      # the Sample the golden is on (harness/sampling.py), or None: whole
     unsampled: list = None     # tensors a sampled golden cannot cover (parameters shared by rows)
     reference_inputs: object = None   # the inputs the references took: `inputs`, or the sample's
+    sum_baselines: dict = None  # gradient summed over tokens -> the baseline's draws (harness/redraws.py)
 
 
 @dataclass(frozen=True)
