@@ -7,8 +7,8 @@ rows reach it whole, as the case finishes, whichever worker ran it. A worker who
 dies, or whose process dies, costs only its case (ERROR rows saying how, as in a one-process
 sweep); a new worker takes its device. Workers sharing a device (a GPU, or the CPU) share its
 memory: a case that runs out of it there, or whose worker dies, is run again once, after the
-others, alone on its device, and only then are its rows written. The workers rebuild the plan from the sweep's own
-arguments, so a case is known by its place in the plan."""
+others, alone on its device, and only then are its rows written. The workers rebuild the plan
+from the sweep's own arguments, so a case is known by its place in the plan."""
 from __future__ import annotations
 
 import multiprocessing

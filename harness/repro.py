@@ -58,8 +58,8 @@ _COPIED_CORE = (declaration.InputSpec, declaration.StateSpec, declaration.Option
                 packing.sequence_count, packing.sequence_lengths, packing._draw, packing.cu_seqlens_of, packing.per_sequence,
                 inputs.CaseInputs, inputs._generator, inputs.of_kind, inputs.packed_lengths, inputs.make_inputs, execution.Execution, execution.RunFailed,
                 execution._shape_text, execution.returned_problems, execution.run_implementation,
-                execution.execute, execution.describe_error, sweep.device_healthy, goldens.baseline_function, goldens.golden_and_baseline,
-                sampling.Sample, sampling.reference_states, sampling.choose_sample)
+                execution.execute, execution.describe_error, sweep.device_healthy,
+                goldens.baseline_function, goldens.golden_and_baseline, sampling.Sample, sampling.reference_states, sampling.choose_sample)
 
 
 def parse_case_id(case_id: str) -> Case:
