@@ -69,11 +69,16 @@ def _baseline_error(draws, gold, finite) -> float:
     is held to a large one's allowance (false alarms then below 0.4 % for one element and
     0.04 % for two, with the kernel's spread 1.5 times the baseline's)."""
     errors = [(b.detach().to(torch.float64) - gold).abs().where(finite, 0.0) for b in draws]
-    largest = max(_max(e) for e in errors)
-    if gold.numel() >= FEW_ELEMENTS or not math.isfinite(largest):
+    return _at_least_their_spread(max(_max(e) for e in errors), torch.stack(errors),
+                                  few=gold.numel() < FEW_ELEMENTS)
+
+
+def _at_least_their_spread(largest: float, errors: torch.Tensor, few: bool, scale: float = 1.0) -> float:
+    """`largest`, or where the errors are `few`, at least CHANCE_SIGMAS times their root mean
+    square (times `scale`): the baseline's error when its draws are too few for their largest."""
+    if not few or not math.isfinite(largest):
         return largest
-    rms = torch.stack(errors).pow(2).mean().sqrt().item()
-    return max(largest, CHANCE_SIGMAS * rms)
+    return max(largest, CHANCE_SIGMAS * errors.pow(2).mean().sqrt().item() * scale)
 
 
 def compare_to_golden(x, gold, base, tol: Tolerance, seq_layout: bool, expected_dtype=None) -> dict:
@@ -151,10 +156,15 @@ def _error_of_sum(y, gold, dims) -> float:
     return _max(_sum_errors(y, gold, dims))
 
 
+def _chunk_count(T: int, block: int) -> int:
+    """The chunks of `block` tokens T tokens count as (a last partial chunk joins the one before)."""
+    return max(T // block, 1)
+
+
 def _chunk_sums(err, block: int) -> torch.Tensor:
     """[B, chunks, H, ...]: a [B, T, H, ...] tensor summed over each `block` tokens, a last
     partial chunk counting with the one before it (so fewer than two chunks are one)."""
-    blocks = max(err.shape[1] // block, 1)
+    blocks = _chunk_count(err.shape[1], block)
     owner = (torch.arange(err.shape[1], device=err.device) // block).clamp(max=blocks - 1)
     return err.new_zeros(err.shape[0], blocks, *err.shape[2:]).index_add_(1, owner, err)
 
@@ -162,7 +172,7 @@ def _chunk_sums(err, block: int) -> torch.Tensor:
 def few_chunk_sums(shape, block: int) -> bool:
     """Whether the sums over tokens of a [B, T, H, ...] gradient rest on fewer than FEW_ELEMENTS
     chunk sums of one baseline's errors, so that more draws of it are wanted (harness/redraws.py)."""
-    return math.prod(shape) // shape[1] * max(shape[1] // block, 1) < FEW_ELEMENTS
+    return math.prod(shape) // shape[1] * _chunk_count(shape[1], block) < FEW_ELEMENTS
 
 
 def _baseline_error_of_sum(draws, gold, dims, block: int) -> float:
@@ -177,19 +187,18 @@ def _baseline_error_of_sum(draws, gold, dims, block: int) -> float:
     times the baseline's 0.074 and 0.054, where its chunks add up to 0.20 and 0.36, the kernel's
     own deviations spreading 0.16 and 0.29 without leaning (now 0.55 and 0.59); so did fla's bf16
     dbeta over 1,000 and 4,096 tokens (1.20 and 1.35 x, now 0.78 and 0.67). The error is the
-    largest over draws and sums; where all the draws hold fewer than FEW_ELEMENTS chunk sums, at
-    least CHANCE_SIGMAS times their root mean square, scaled to the chunks one sum adds up, as
-    `_baseline_error` takes a few elements' spread."""
+    largest over draws and sums; where all the draws together hold fewer than FEW_ELEMENTS chunk
+    sums, at least CHANCE_SIGMAS times their root mean square, scaled to the chunks one sum adds
+    up (`_at_least_their_spread`, as `_baseline_error` takes a few elements' spread; here the
+    draws count together, since the redraws are made to reach FEW_ELEMENTS)."""
     largest, chunk_sums = 0.0, []
     for base in draws:
         chunks = _chunk_sums(base - gold, block)
         chunk_sums.append(chunks)
         largest = max(largest, _max(torch.maximum(_sum_errors(base, gold, dims), chunks.pow(2).sum(dims).sqrt())))
     pooled = torch.stack(chunk_sums)
-    if pooled.numel() >= FEW_ELEMENTS or not math.isfinite(largest):
-        return largest
     per_sum = math.prod(pooled.shape[1 + d] for d in dims)
-    return max(largest, CHANCE_SIGMAS * pooled.pow(2).mean().sqrt().item() * math.sqrt(per_sum))
+    return _at_least_their_spread(largest, pooled, few=pooled.numel() < FEW_ELEMENTS, scale=math.sqrt(per_sum))
 
 
 def _chance_bounds(deviation, rounding, dims, bound: float, atol: float):

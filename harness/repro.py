@@ -46,7 +46,8 @@ _CASE_ID_FORM = (f"OP-DTYPE-B<n>-T<n>-H<n>-K<n>-V<n>{''.join(f'[-{s}<n>]' for s 
 # at the top of TEMPLATE.
 COPIED_TOLERANCE = (tolerance.Tolerance,)
 COPIED_METRICS = (metrics._max, metrics.half_ulp, metrics.first_bad_index, metrics.worst_index,
-                   metrics.nonfinite_counts, metrics._baseline_error, metrics.compare_to_golden,
+                   metrics.nonfinite_counts, metrics._baseline_error, metrics._at_least_their_spread,
+                   metrics.compare_to_golden,
                    metrics._name, metrics._missing, metrics._bound_sentence)
 _COPIED_ALLOCATIONS = (allocations.nan_filled_allocations,)
 # What lets an upstream kernel run in the interpreter without a GPU; copied for targets not ours.

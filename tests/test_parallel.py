@@ -108,14 +108,16 @@ def test_a_worker_that_dies_costs_its_case_and_a_new_worker_goes_on(tmp_path):
     assert (got[got["case_id"] != DYING]["verdict"] == "PASS").all()
 
 
+OUT_OF_MEMORY = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
+                 "--V", "16", "--h0", "none", "--gate", "normal", "--T", "5,20,33,40", "--checks",
+                 "none", "--variant", "chunk", "--no-golden-cache", "--quiet"]
+
+
 def test_a_case_out_of_memory_beside_other_workers_runs_again_alone(tmp_path):
     """Workers share their device's memory: a case that ran out of it beside them (the first call
     of this kernel, at T = 20) runs again alone after the others, and its rows are that run's. In
     one process nothing shares the device: the ERROR row stands."""
-    args = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
-            "--V", "16", "--h0", "none", "--gate", "normal", "--T", "5,20,33,40", "--checks", "none",
-            "--variant", "chunk", "--no-golden-cache", "--quiet",
-            "--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_once_at_T20"]
+    args = OUT_OF_MEMORY + ["--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_once_at_T20"]
     os.environ["TOY_OOM_ONCE"] = str(tmp_path / "held")
     try:
         shared = harness([*args, "--jobs", "2", "--out", str(tmp_path / "two")])
@@ -131,6 +133,19 @@ def test_a_case_out_of_memory_beside_other_workers_runs_again_alone(tmp_path):
     lone = rows(tmp_path / "one")
     assert list(lone[lone["verdict"] != "PASS"]["case_id"]) == [DYING]
     assert "out of memory" in lone[lone["case_id"] == DYING]["message"].iloc[0]
+
+
+def test_a_case_out_of_memory_alone_too_keeps_its_error_row(tmp_path):
+    """Run again alone and out of memory again, a case's ERROR row stands: it runs twice, no more."""
+    done = harness([*OUT_OF_MEMORY, "--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_at_T20",
+                    "--jobs", "2", "--out", str(tmp_path)])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.count("runs again alone") == 1
+    got = rows(tmp_path)
+    assert got["case_id"].nunique() == 4
+    failed = got[got["verdict"] != "PASS"]
+    assert list(failed["case_id"]) == [DYING] and list(failed["verdict"]) == ["ERROR"]
+    assert "out of memory" in failed["message"].iloc[0]
 
 
 def case(T, H=1):

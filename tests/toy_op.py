@@ -89,16 +89,22 @@ def _deaf_while_told():
 chunk_toy_decay_deaf_at_T20 = _dying_at(20, _deaf_while_told, "chunk_toy_decay_deaf_at_T20")
 
 
+def _out_of_memory():
+    """Raises as torch does when the device's memory runs out."""
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB (a toy's)")
+
+
 def _out_of_memory_once():
-    """Raises as torch does when the device's memory runs out, the first time only: the first
-    call makes the file TOY_OOM_ONCE names, as memory that workers beside it held."""
+    """`_out_of_memory`, the first time only: the first call makes the file TOY_OOM_ONCE names, as
+    memory that workers beside it held."""
     if not os.path.exists(os.environ["TOY_OOM_ONCE"]):
         open(os.environ["TOY_OOM_ONCE"], "w").close()
-        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 MiB (a toy's)")
+        _out_of_memory()
 
 
 chunk_toy_decay_out_of_memory_once_at_T20 = _dying_at(20, _out_of_memory_once,
                                                       "chunk_toy_decay_out_of_memory_once_at_T20")
+chunk_toy_decay_out_of_memory_at_T20 = _dying_at(20, _out_of_memory, "chunk_toy_decay_out_of_memory_at_T20")
 
 
 def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False,
