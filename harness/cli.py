@@ -374,7 +374,8 @@ def cmd_sweep(args) -> int:
     df = read_results([outcome.csv_path])
     print(render_terminal(df))
     stored = ("" if cache is None or jobs > 1 else   # the workers kept their own counts
-              f"; goldens from {cache.directory}: {cache.hits} stored, {cache.misses} computed")
+              f"; goldens from {cache.directory}: {cache.hits} stored, {cache.misses} computed "
+              f"({cache.skipped} faster to compute than to store)")
     print(f"wall time {outcome.wall_s:.1f} s; {outcome.cases_run} cases run, {outcome.cases_skipped} "
           f"resumed{stored}; csv {outcome.csv_path}; html {outcome.html_path}; "
           f"markdown {outcome.markdown_path}")

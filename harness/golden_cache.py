@@ -7,7 +7,9 @@ of the code that draws the inputs and computes the references. Changing any of t
 
 Float64 goldens of long cases are large (one B=2, T=43884, H=4, K=V=128 gla case: over 2 GB), so
 the store keeps at most `limit_bytes` (default $HARNESS_GOLDEN_CACHE_GB, else 16 GiB) and drops
-the least recently used entries beyond it.
+the least recently used entries beyond it. An entry is stored only where reading it back would be
+faster than computing it again (`worth_storing`): on a GPU such a golden computes in a second or
+two, and writing its gigabytes at every case of a sweep took longer than the case.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import hashlib
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 
 import torch
@@ -28,6 +31,17 @@ def default_dir() -> Path:
     """$HARNESS_GOLDEN_CACHE, else ~/.cache/fla-harness/goldens."""
     env = os.environ.get("HARNESS_GOLDEN_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "fla-harness" / "goldens"
+
+
+# How fast an entry is written (and read back: the same within 2% here, 1.3 GiB), until this
+# process has timed a save of MEASURED_FROM_BYTES or more (smaller ones time the file's overhead).
+PRIOR_BYTES_PER_S = 2**29
+MEASURED_FROM_BYTES = 2**24
+
+
+def stored_bytes(*tensor_dicts) -> int:
+    """The bytes the tensors of `tensor_dicts` (None for a dict or a tensor: nothing) hold."""
+    return sum(t.numel() * t.element_size() for d in tensor_dicts if d for t in d.values() if t is not None)
 
 
 def default_limit_bytes() -> int:
@@ -46,13 +60,16 @@ def code_fingerprint() -> str:
 
 
 class GoldenCache:
-    """get(spec, case, options) -> (golden, baseline) or None; put(...) stores them (atomically)."""
+    """get(spec, case, options) -> (golden, baseline) or None; put(...) stores them (atomically).
+    An entry stored with its baseline alone (its golden was given: a chain of segments) has
+    golden None."""
 
     def __init__(self, directory: Path, limit_bytes: int | None = None):
         self.directory = Path(directory)
         self.limit_bytes = default_limit_bytes() if limit_bytes is None else limit_bytes
         self.fingerprint = code_fingerprint()
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.skipped = 0
+        self.bytes_per_s = PRIOR_BYTES_PER_S
 
     def key(self, spec, case, options: dict) -> str:
         fields = {"op": repr(spec.under(case.option)),
@@ -64,8 +81,8 @@ class GoldenCache:
     def _path(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.pt"
 
-    def get(self, spec, case, options: dict, device):
-        """The stored pair, or None. Several sweeps share the store (the workers of one, the gate's
+    def get(self, spec, case, options: dict, device, golden_given: bool = False):
+        """The stored pair, or None (also for an entry without its golden, unless `golden_given`). Several sweeps share the store (the workers of one, the gate's
         op sweeps): an entry another process evicts between the look and the read is a miss, and
         so is one that cannot be read whole (then it is removed)."""
         path = self._path(self.key(spec, case, options))
@@ -77,21 +94,36 @@ class GoldenCache:
         except (EOFError, RuntimeError, pickle.UnpicklingError):
             path.unlink(missing_ok=True)
             stored = None
-        if stored is None:
+        if stored is None or (stored["golden"] is None and not golden_given):
             self.misses += 1
             return None
         self.hits += 1
         return stored["golden"], stored["baseline"]
 
-    def put(self, spec, case, options: dict, golden: dict, baseline: dict):
+    def worth_storing(self, nbytes: int, seconds: float | None) -> bool:
+        """Whether an entry of `nbytes` that took `seconds` (None: unknown) to compute is worth
+        storing: reading it back, about as slow as writing it, must be faster than computing it."""
+        return seconds is None or nbytes / self.bytes_per_s < seconds
+
+    def put(self, spec, case, options: dict, golden: dict | None, baseline: dict,
+            seconds: float | None = None) -> bool:
+        """Store the pair (golden None: the baseline alone) computed in `seconds`, if worth it."""
+        nbytes = stored_bytes(golden, baseline)
+        if not self.worth_storing(nbytes, seconds):
+            self.skipped += 1
+            return False
+        start = time.perf_counter()
         path = self._path(self.key(spec, case, options))
         path.parent.mkdir(parents=True, exist_ok=True)
-        cpu = {name: {k: None if v is None else v.detach().cpu() for k, v in d.items()}
+        cpu = {name: d and {k: None if v is None else v.detach().cpu() for k, v in d.items()}
                for name, d in (("golden", golden), ("baseline", baseline))}
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         torch.save(cpu, tmp)
         tmp.replace(path)
+        if nbytes >= MEASURED_FROM_BYTES:
+            self.bytes_per_s = nbytes / max(time.perf_counter() - start, 1e-6)
         self._evict()
+        return True
 
     def _evict(self):
         """Drop the least recently used entries until the store fits its limit (entries another

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 
@@ -25,20 +26,24 @@ def golden_and_baseline(spec: OpSpec, case: Case, inputs: CaseInputs, cache=None
     """The float64 golden (loop for short T, chunked form beyond) and the same-dtype baseline,
     taken from `cache` (a GoldenCache) when it has them, and stored there when computed.
 
-    `golden` given: only the baseline is computed (a chain of segments changes the rounding of
-    the same-dtype arithmetic, not the float64 truth). A packed case's references run sequence
-    by sequence (`per_sequence`)."""
+    `golden` given: only the baseline is computed, and stored (a chain of segments changes the
+    rounding of the same-dtype arithmetic, not the float64 truth). A packed case's references
+    run sequence by sequence (`per_sequence`)."""
+    given = golden is not None
     if cache is not None:
-        found = cache.get(spec, case, options, inputs.do.device)
+        found = cache.get(spec, case, options, inputs.do.device, golden_given=given)
         if found is not None:
-            return found
+            return (golden if given else found[0]), found[1]
+    start = time.perf_counter()
     golden_fn = load_function(spec.reference_loop if inputs.dims["T"] <= spec.loop_max_T else spec.reference_chunked)
     if case.packed:
         golden_fn = per_sequence(golden_fn, spec.under(case.option))
     baseline_fn = baseline_function(spec, case)
-    if golden is None:
+    if not given:
         golden = execute(golden_fn, spec, case, inputs, to_dtype=torch.float64, **options)
     baseline = execute(baseline_fn, spec, case, inputs, **options)
     if cache is not None:
-        cache.put(spec, case, options, golden, baseline)
+        if inputs.do.device.type == "cuda":
+            torch.cuda.synchronize()
+        cache.put(spec, case, options, None if given else golden, baseline, time.perf_counter() - start)
     return golden, baseline

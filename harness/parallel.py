@@ -6,9 +6,10 @@ cases, so an op's first calls compile in few processes), and is the only writer 
 rows reach it whole, as the case finishes, whichever worker ran it. A worker whose GPU context
 dies, or whose process dies, costs only its case (ERROR rows saying how, as in a one-process
 sweep); a new worker takes its device. Workers sharing a device (a GPU, or the CPU) share its
-memory: a case that runs out of it there, or whose worker dies, is run again once, after the
-others, alone on its device, and only then are its rows written. The workers rebuild the plan
-from the sweep's own arguments, so a case is known by its place in the plan."""
+memory: a case that runs out of it there runs again once the cases beside it are smaller than it
+(`may_run_again`), and, out of memory again, once more alone on its device after the others; a case
+whose worker dies there runs again alone. Only the last run's rows are written. The workers
+rebuild the plan from the sweep's own arguments, so a case is known by its place in the plan."""
 from __future__ import annotations
 
 import multiprocessing
@@ -54,9 +55,14 @@ def worker_devices(jobs: int) -> list[str | None]:
 CASE_OVERHEAD = 7 * 10**9
 
 
+def case_size(case) -> int:
+    """A case's tokens times its state size: what its work and memory grow with."""
+    return case.B * case.T * max(case.H, 1) * max(case.K, 1) * max(case.V, 1)
+
+
 def case_cost(case) -> int:
-    """A case's work, roughly: CASE_OVERHEAD plus its tokens times its state size."""
-    return CASE_OVERHEAD + case.B * case.T * max(case.H, 1) * max(case.K, 1) * max(case.V, 1)
+    """A case's work, roughly: CASE_OVERHEAD plus its size."""
+    return CASE_OVERHEAD + case_size(case)
 
 
 def dealing_order(plan, indices) -> list[int]:
@@ -70,6 +76,15 @@ def _put(values: dict):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def may_run_again(index: int, plan, beside: list[int], retrying: set) -> bool:
+    """Whether case `index`, out of memory beside other workers on a device, may run again beside
+    the cases `beside` it there now: when it is larger than they are together and none of them is
+    a retry too (`retrying`). The costliest cases are dealt first, so a retry waits out the large
+    ones and runs beside the small ones left, rather than alone after all."""
+    return not retrying.intersection(beside) and case_size(plan[index][1]) > sum(
+        case_size(plan[i][1]) for i in beside)
 
 
 def next_case(todo: list[int], plan, own_op: str | None, others: set) -> int:
@@ -196,7 +211,7 @@ def run_parallel_sweep(argv: list[str], plan, indices, out_dir: Path, run_id: st
             dealer.interrupted = True
         finally:
             dealer.close()
-    left = len(dealer.todo) + len(dealer.alone)
+    left = len(dealer.todo) + len(dealer.again) + len(dealer.alone)
     if left and not dealer.interrupted:
         raise WorkersFailed(f"no worker could start; {left} case(s) not run (the workers' errors "
                             "are above)")
@@ -218,8 +233,10 @@ class _Dealer:
         self.threads = threads_per_worker(len(self.slots))
         devices = [s.device for s in self.slots]
         self.shared = {d for d in devices if devices.count(d) > 1}   # devices (None: the CPU) shared
-        self.alone = []       # cases to run again alone on a device, after the others
-        self.retried = set()  # cases dealt from `alone`: their rows stand
+        self.again = []        # cases out of memory beside others, to run again (may_run_again)
+        self.retrying = set()  # cases dealt from `again`: out of memory once more, they run alone
+        self.alone = []        # cases to run again alone on a device, after the others
+        self.retried = set()   # cases dealt from `alone`: their rows stand
         for slot in self.slots:
             slot.bar = tqdm(total=0, position=slot.number, bar_format="{desc}", disable=not progress,
                             leave=False)
@@ -233,6 +250,9 @@ class _Dealer:
             live = {s.conn: s for s in self.slots if s.process is not None}
             for conn in wait(list(live), timeout=progress.TICK_S):
                 self._receive(live[conn])
+            for slot in self.slots:
+                if slot.process is not None and slot.ready and slot.case is None:
+                    self._deal(slot)   # it waits for a retry: the cases beside may allow one now
             self._show_slow_steps()
 
     def _show_slow_steps(self):
@@ -255,20 +275,30 @@ class _Dealer:
         slot.bar.set_description_str(f"{slot.label()}: starting")
 
     def _deal(self, slot: _Slot):
-        """The next case to the slot's worker, or the word to stop. Once every case is dealt, a
-        case to run again alone goes to a worker with no other left on its device; the others
-        stop, so that one is left on each."""
-        slot.where = {}
-        if self.todo:
+        """The next case to the slot's worker: a case to run again, where the cases beside it on
+        the slot's device allow (`may_run_again`), else the next of the others. With none to deal
+        while a retry waits, the worker waits too. Once every case is dealt, a case to run again
+        alone goes to a worker with no other left on its device; the others stop, so that one is
+        left on each."""
+        slot.where, finished, slot.case = {}, slot.case, None
+        beside = [s.case for s in self.slots
+                  if s is not slot and s.case is not None and s.process is not None and s.device == slot.device]
+        if self.again and may_run_again(self.again[0], self.plan, beside, self.retrying):
+            index = self.again.pop(0)
+            self.retrying.add(index)
+            self._send(slot, index)
+        elif self.todo:
             others = {self.plan[s.case][1].op for s in self.slots if s is not slot and s.case is not None}
             self._send(slot, self.todo.pop(next_case(self.todo, self.plan, slot.op, others)))
+        elif self.again:
+            if finished is not None:
+                slot.bar.set_description_str(f"{slot.label()}: waiting for a case out of memory to run again")
         elif self.alone and not any(s is not slot and s.process is not None and s.device == slot.device
                                     for s in self.slots):
             index = self.alone.pop(0)
             self.retried.add(index)
             self._send(slot, index)
         else:
-            slot.case = None
             slot.conn.send(None)
             _end(slot.process)
             slot.process = None
@@ -279,11 +309,18 @@ class _Dealer:
         slot.conn.send(index)
         slot.bar.set_description_str(f"{slot.label()}: {self._case_id(index)}")
 
-    def _again_alone(self, slot: _Slot, index: int, why: str) -> bool:
-        """Whether case `index`, which ran out of memory or died on the slot's shared device, is
-        put aside to run again alone there (once: after that its rows stand)."""
+    def _set_aside(self, slot: _Slot, index: int, died: bool = False) -> bool:
+        """Whether case `index`, out of memory or dead beside other workers on the slot's device,
+        is put aside to run again: out of memory the first time, once those beside it are smaller
+        (`may_run_again`); else alone there after the others. After that its rows stand."""
         if slot.device not in self.shared or index in self.retried:
             return False
+        if not died and index not in self.retrying:
+            self.again = dealing_order(self.plan, self.again + [index])
+            self.echo(f"{slot.label()}: case {self._case_id(index)} ran out of memory beside other workers on "
+                      "its device; it runs again once those beside it there are smaller", flush=True)
+            return True
+        why = "died" if died else "ran out of memory again"
         self.alone.append(index)
         self.echo(f"{slot.label()}: case {self._case_id(index)} {why} beside other workers on its device; "
                   "it runs again alone there after the others", flush=True)
@@ -310,7 +347,7 @@ class _Dealer:
                 f"{slot.label()}: {self._case_id(slot.case)}: {slot.where.get('step') or ''}"[:160])
         else:
             _, index, rows, lost = message
-            if not (ran_out_of_memory(rows) and self._again_alone(slot, index, "ran out of memory")):
+            if not (ran_out_of_memory(rows) and self._set_aside(slot, index)):
                 self._write(index, rows)
             if lost:
                 self.echo(f"{slot.label()}: the GPU context was lost in case {self._case_id(index)}; "
@@ -342,7 +379,7 @@ class _Dealer:
             return
         self.echo(f"{slot.label()} died ({cause}) in case {self._case_id(slot.case)}; a new worker "
                   "takes its device", flush=True)
-        if not self._again_alone(slot, slot.case, "died"):
+        if not self._set_aside(slot, slot.case, died=True):
             marker = {"case_id": self._case_id(slot.case), **slot.where, "died": cause}
             self.bad += write_death(marker, self.plan, self.run_.done, self.writer, self.run_.shared,
                                      self.echo)

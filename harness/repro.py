@@ -265,6 +265,7 @@ import importlib
 import math
 import os
 import sys
+import time
 import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace

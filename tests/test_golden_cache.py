@@ -5,6 +5,7 @@ import torch
 
 from harness import golden_cache
 from harness.cases import Case
+from harness.checks.segments import segment_bounds
 from harness.golden_cache import GoldenCache
 from harness.declaration import load_function
 from harness.registry import get_op
@@ -104,3 +105,36 @@ def test_entries_other_processes_evict_or_leave_half_written_are_misses_not_erro
     monkeypatch.setattr(type(tmp_path), "rglob", lambda self, pattern: iter(listing))
     empty._evict()
     assert not any(p.exists() for p in listing)
+
+
+def test_an_entry_slower_to_write_than_to_compute_is_not_stored(tmp_path):
+    """Reading an entry back costs about what writing it did: one that took less time to compute
+    than it takes to write is computed again instead (a GPU's long float64 goldens)."""
+    cache = GoldenCache(tmp_path)
+    cache.bytes_per_s = 10**6
+    golden, baseline = {"o": torch.zeros(1000, dtype=torch.float64)}, {"o": torch.zeros(10)}   # 8,040 bytes: 8 ms
+    assert not cache.put(SPEC, case(seed=1), {}, golden, baseline, seconds=0.004)
+    assert cache.skipped == 1 and not cache._path(cache.key(SPEC, case(seed=1), {})).exists()
+    assert cache.put(SPEC, case(seed=2), {}, golden, baseline, seconds=0.016)
+    assert cache.put(SPEC, case(seed=3), {}, golden, baseline)   # time unknown: stored
+    assert cache.get(SPEC, case(seed=2), {}, CPU) is not None
+
+
+def test_the_store_times_its_own_writes_of_large_entries(tmp_path):
+    cache = GoldenCache(tmp_path)
+    small = {"o": torch.zeros(1000, dtype=torch.float64)}
+    cache.put(SPEC, case(seed=1), {}, small, small)
+    assert cache.bytes_per_s == golden_cache.PRIOR_BYTES_PER_S   # a small file times its overhead
+    large = {"o": torch.ones(golden_cache.MEASURED_FROM_BYTES // 8, dtype=torch.float64)}
+    cache.put(SPEC, case(seed=2), {}, large, small)
+    assert cache.bytes_per_s != golden_cache.PRIOR_BYTES_PER_S
+
+
+def test_a_chain_of_segments_stores_its_baseline_alone_and_is_found_with_its_golden_given(tmp_path):
+    cache = GoldenCache(tmp_path)
+    run_case(SPEC, case(), [GOOD], CPU, cache=cache)
+    options = {"segments": segment_bounds(case().T)}
+    stored = torch.load(cache._path(cache.key(SPEC, case(), options)))
+    assert stored["golden"] is None and stored["baseline"]["o"] is not None
+    assert cache.get(SPEC, case(), options, CPU) is None
+    assert cache.get(SPEC, case(), options, CPU, golden_given=True)[1]["o"].equal(stored["baseline"]["o"])

@@ -113,39 +113,66 @@ OUT_OF_MEMORY = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "-
                  "none", "--variant", "chunk", "--no-golden-cache", "--quiet"]
 
 
-def test_a_case_out_of_memory_beside_other_workers_runs_again_alone(tmp_path):
-    """Workers share their device's memory: a case that ran out of it beside them (the first call
-    of this kernel, at T = 20) runs again alone after the others, and its rows are that run's. In
-    one process nothing shares the device: the ERROR row stands."""
+def out_of_memory_sweep(out, calls: int, jobs: int = 2):
+    """The sweep above with its T = 20 case out of memory in its first `calls` calls."""
     args = OUT_OF_MEMORY + ["--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_once_at_T20"]
-    os.environ["TOY_OOM_ONCE"] = str(tmp_path / "held")
-    try:
-        shared = harness([*args, "--jobs", "2", "--out", str(tmp_path / "two")])
-        (tmp_path / "held").unlink()
-        alone = harness([*args, "--out", str(tmp_path / "one")])
-    finally:
-        del os.environ["TOY_OOM_ONCE"]
-    assert shared.returncode == 0, shared.stdout + shared.stderr
-    assert f"case {DYING} ran out of memory beside other workers on its device" in shared.stdout
-    got = rows(tmp_path / "two")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TOY_OOM_ONCE", str(out) + ".calls")
+        mp.setenv("TOY_OOM_CALLS", str(calls))
+        return harness([*args, "--jobs", str(jobs), "--out", str(out)])
+
+
+def all_pass_with_the_retried_case(done, out):
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = rows(out)
     assert got["case_id"].nunique() == 4 and (got["verdict"] == "PASS").all()
+
+
+def test_a_case_out_of_memory_beside_other_workers_runs_again_beside_smaller_ones(tmp_path):
+    """Workers share their device's memory: a case that ran out of it beside them (the first call
+    of this kernel, at T = 20) runs again once the cases beside it are smaller, and its rows are
+    that run's. In one process nothing shares the device: the ERROR row stands."""
+    shared = out_of_memory_sweep(tmp_path / "two", calls=1)
+    all_pass_with_the_retried_case(shared, tmp_path / "two")
+    assert (f"case {DYING} ran out of memory beside other workers on its device; it runs again once "
+            "those beside it there are smaller") in shared.stdout
+    assert "alone" not in shared.stdout
+    alone = out_of_memory_sweep(tmp_path / "one", calls=1, jobs=1)
     assert alone.returncode == 1
     lone = rows(tmp_path / "one")
     assert list(lone[lone["verdict"] != "PASS"]["case_id"]) == [DYING]
     assert "out of memory" in lone[lone["case_id"] == DYING]["message"].iloc[0]
 
 
+def test_a_case_out_of_memory_twice_beside_other_workers_runs_again_alone(tmp_path):
+    shared = out_of_memory_sweep(tmp_path, calls=2)
+    all_pass_with_the_retried_case(shared, tmp_path)
+    assert (f"case {DYING} ran out of memory again beside other workers on its device; it runs again "
+            "alone there after the others") in shared.stdout
+
+
 def test_a_case_out_of_memory_alone_too_keeps_its_error_row(tmp_path):
-    """Run again alone and out of memory again, a case's ERROR row stands: it runs twice, no more."""
-    done = harness([*OUT_OF_MEMORY, "--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_at_T20",
-                    "--jobs", "2", "--out", str(tmp_path)])
+    """Run again beside smaller cases, then alone, and out of memory each time, a case's ERROR row
+    stands: it runs three times, no more."""
+    done = out_of_memory_sweep(tmp_path, calls=99)
     assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.count("those beside it there are smaller") == 1
     assert done.stdout.count("runs again alone") == 1
+    assert len(open(str(tmp_path) + ".calls").readlines()) == 3
     got = rows(tmp_path)
     assert got["case_id"].nunique() == 4
     failed = got[got["verdict"] != "PASS"]
     assert list(failed["case_id"]) == [DYING] and list(failed["verdict"]) == ["ERROR"]
     assert "out of memory" in failed["message"].iloc[0]
+
+
+def test_a_case_out_of_memory_runs_again_beside_smaller_cases_only_and_no_other_retry():
+    plan = [(None, case(T), None) for T in (40, 33, 20, 5)]
+    assert not parallel.may_run_again(2, plan, [0], set())         # T = 40 running beside
+    assert not parallel.may_run_again(2, plan, [3, 3, 3, 3], set())  # four of T = 5: as large
+    assert parallel.may_run_again(2, plan, [3, 3, 3], set())
+    assert parallel.may_run_again(2, plan, [], set())
+    assert not parallel.may_run_again(0, plan, [3], {3})             # another retry beside
 
 
 def case(T, H=1):

@@ -95,11 +95,14 @@ def _out_of_memory():
 
 
 def _out_of_memory_once():
-    """`_out_of_memory`, the first time only: the first call makes the file TOY_OOM_ONCE names, as
-    memory that workers beside it held."""
-    if not os.path.exists(os.environ["TOY_OOM_ONCE"]):
-        open(os.environ["TOY_OOM_ONCE"], "w").close()
-        _out_of_memory()
+    """`_out_of_memory` in the first TOY_OOM_CALLS calls (default 1), as memory that workers beside
+    it held: each adds a line to the file TOY_OOM_ONCE names."""
+    with open(os.environ["TOY_OOM_ONCE"], "a+") as calls:
+        calls.seek(0)
+        if len(calls.readlines()) < int(os.environ.get("TOY_OOM_CALLS", "1")):
+            calls.write("out of memory\n")
+            calls.flush()
+            _out_of_memory()
 
 
 chunk_toy_decay_out_of_memory_once_at_T20 = _dying_at(20, _out_of_memory_once,
