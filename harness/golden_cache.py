@@ -33,7 +33,7 @@ def default_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "fla-harness" / "goldens"
 
 
-# How fast an entry is written (and read back: the same within 2% here, 1.3 GiB), until this
+# How fast an entry is written (and read back: 4.5 s either way for 1.3 GiB here), until this
 # process has timed a save of MEASURED_FROM_BYTES or more (smaller ones time the file's overhead).
 PRIOR_BYTES_PER_S = 2**29
 MEASURED_FROM_BYTES = 2**24
@@ -82,9 +82,10 @@ class GoldenCache:
         return self.directory / key[:2] / f"{key}.pt"
 
     def get(self, spec, case, options: dict, device, golden_given: bool = False):
-        """The stored pair, or None (also for an entry without its golden, unless `golden_given`). Several sweeps share the store (the workers of one, the gate's
-        op sweeps): an entry another process evicts between the look and the read is a miss, and
-        so is one that cannot be read whole (then it is removed)."""
+        """The stored pair, or None (also for an entry without its golden, unless `golden_given`).
+        Several sweeps share the store (the workers of one, the gate's op sweeps): an entry
+        another process evicts between the look and the read is a miss, and so is one that cannot
+        be read whole (then it is removed)."""
         path = self._path(self.key(spec, case, options))
         try:
             stored = torch.load(path, map_location=device)

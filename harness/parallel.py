@@ -281,8 +281,8 @@ class _Dealer:
         alone goes to a worker with no other left on its device; the others stop, so that one is
         left on each."""
         slot.where, finished, slot.case = {}, slot.case, None
-        beside = [s.case for s in self.slots
-                  if s is not slot and s.case is not None and s.process is not None and s.device == slot.device]
+        beside = [s.case for s in self.slots if s is not slot and s.case is not None
+                  and s.process is not None and s.device == slot.device]
         if self.again and may_run_again(self.again[0], self.plan, beside, self.retrying):
             index = self.again.pop(0)
             self.retrying.add(index)
@@ -317,8 +317,8 @@ class _Dealer:
             return False
         if not died and index not in self.retrying:
             self.again = dealing_order(self.plan, self.again + [index])
-            self.echo(f"{slot.label()}: case {self._case_id(index)} ran out of memory beside other workers on "
-                      "its device; it runs again once those beside it there are smaller", flush=True)
+            self.echo(f"{slot.label()}: case {self._case_id(index)} ran out of memory beside other "
+                      "workers on its device; it runs again once those beside it there are smaller", flush=True)
             return True
         why = "died" if died else "ran out of memory again"
         self.alone.append(index)

@@ -112,7 +112,7 @@ def test_an_entry_slower_to_write_than_to_compute_is_not_stored(tmp_path):
     than it takes to write is computed again instead (a GPU's long float64 goldens)."""
     cache = GoldenCache(tmp_path)
     cache.bytes_per_s = 10**6
-    golden, baseline = {"o": torch.zeros(1000, dtype=torch.float64)}, {"o": torch.zeros(10)}   # 8,040 bytes: 8 ms
+    golden, baseline = {"o": torch.zeros(1000, dtype=torch.float64)}, {"o": torch.zeros(10)}   # 8,040 B: 8 ms
     assert not cache.put(SPEC, case(seed=1), {}, golden, baseline, seconds=0.004)
     assert cache.skipped == 1 and not cache._path(cache.key(SPEC, case(seed=1), {})).exists()
     assert cache.put(SPEC, case(seed=2), {}, golden, baseline, seconds=0.016)
