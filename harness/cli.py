@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "free up (default: one per visible GPU, one on a CPU)")
     sweep.add_argument("--shard", metavar="I/N",
                        help="run shard I of N: a deterministic 1/N of the cases, balanced by cost "
-                            "(`report` merges the shards' results and checks none is missing)")
+                            "(`report` merges the shards' results and checks none is missing); "
+                            "I-J/N runs shards I to J in one run")
     _add_gate_parser(sub)
     report = sub.add_parser("report", help="re-render the HTML and markdown of finished results, or "
                                            "compare them with a baseline run")

@@ -13,7 +13,7 @@ from harness import gate, parallel
 from harness.cases import Case
 from harness.cli import main
 from harness.registry import EXTRA_DECLARATIONS, OPS, declaration_modules, load_declarations
-from harness.shards import shard_indices
+from harness.shards import plan_shards, shard_indices
 
 ARGS = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
         "--V", "16", "--h0", "none,grad", "--gate", "normal", "--T", "5,33", "--no-golden-cache",
@@ -181,9 +181,10 @@ def case(T, H=1):
 
 def test_shards_split_every_case_once_by_cost_the_same_way_each_time():
     plan = [(None, case(T, H), None) for T in (1, 7, 64, 1000, 4096, 65) for H in (1, 2, 4)]
-    shards = [shard_indices(plan, (i, 3)) for i in (1, 2, 3)]
+    shards = [shard_indices(plan, ((i,), 3)) for i in (1, 2, 3)]
     assert sorted(sum(shards, [])) == list(range(len(plan)))
-    assert shards == [shard_indices(plan, (i, 3)) for i in (1, 2, 3)]
+    assert shards == [shard_indices(plan, ((i,), 3)) for i in (1, 2, 3)]
+    assert shard_indices(plan, ((2, 3), 3)) == sorted(shards[1] + shards[2])
     loads = [sum(parallel.case_cost(plan[k][1]) for k in s) for s in shards]
     assert max(loads) - min(loads) <= max(parallel.case_cost(c) for _, c, _ in plan)
     assert parallel.dealing_order(plan, range(len(plan)))[0] == next(
@@ -196,7 +197,7 @@ def test_a_shard_of_one_large_case_also_takes_small_ones():
     big = Case(op="toy", dtype="fp32", B=1, T=3 * parallel.CASE_OVERHEAD // 256, H=1, K=16, V=16,
                h0="none", gate="normal", seed=0)
     plan = [(None, big, None)] + [(None, case(T), None) for T in range(1, 13)]
-    first, second = (shard_indices(plan, (i, 2)) for i in (1, 2))
+    first, second = (shard_indices(plan, ((i,), 2)) for i in (1, 2))
     assert (first[0], len(first), len(second)) == (0, 5, 8)
 
 
@@ -211,11 +212,33 @@ def test_a_worker_keeps_to_its_op_then_takes_one_no_other_worker_is_on():
     assert parallel.next_case(todo[1:3], plan, None, {"b", "c"}) == 0   # every op taken: the costliest
 
 
-@pytest.mark.parametrize("text", ["0/3", "4/3", "1", "a/b", "1/0"])
+@pytest.mark.parametrize("text", ["0/3", "4/3", "1", "a/b", "1/0", "3-2/3", "2-4/3", "1-/3", "x-2/3"])
 def test_a_bad_shard_is_one_line_and_exit_2(toy, text, capsys):
     assert main([*ARGS, "--shard", text]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not I/N" in err
+
+
+def test_shards_run_together_merge_with_the_others_into_the_unsplit_sweep(unsplit, tmp_path, capsys):
+    """`--shard 2-3/3` runs shards 2 and 3 in one run: merged with shard 1 it is the whole sweep;
+    with shard 3 as well, a case is there twice; alone, shard 1 is missing. A run folder written
+    before ranges (plan.json's "shard": [I, N]) reads as that one shard."""
+    both, first = tmp_path / "2-3", tmp_path / "1"
+    assert main([*ARGS, "--shard", "2-3/3", "--out", str(both)]) == 0
+    assert "shard 2-3/3" in capsys.readouterr().out
+    assert main([*ARGS, "--shard", "1/3", "--out", str(first)]) == 0
+    same_rows(pd.concat([rows(both), rows(first)]), unsplit)
+    csvs = [str(f / "results.csv") for f in (first, both)]
+    capsys.readouterr()
+    assert main(["report", *csvs, "--html", str(tmp_path / "all.html")]) == 0
+    with pytest.warns(UserWarning, match="shard\\(s\\) 1/3 of the sweep are not among the results given"):
+        assert main(["report", csvs[1]]) == 1
+    third = tmp_path / "3"
+    assert main([*ARGS, "--shard", "3/3", "--out", str(third)]) == 0
+    capsys.readouterr()
+    assert main(["report", *csvs, str(third / "results.csv")]) == 2
+    assert "merge each shard once" in capsys.readouterr().err
+    assert plan_shards({"shard": [2, 3]}) == ((2,), 3) and plan_shards({"shard": None}) is None
 
 
 def test_each_gate_sweep_sees_one_gpu_in_turn(monkeypatch, tmp_path):
