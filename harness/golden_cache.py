@@ -8,8 +8,8 @@ of the code that draws the inputs and computes the references. Changing any of t
 Float64 goldens of long cases are large (one B=2, T=43884, H=4, K=V=128 gla case: over 2 GB), so
 the store keeps at most `limit_bytes` (default $HARNESS_GOLDEN_CACHE_GB, else 16 GiB) and drops
 the least recently used entries beyond it. An entry is stored only where reading it back would be
-faster than computing it again (`worth_storing`): on a GPU such a golden computes in a second or
-two, and writing its gigabytes at every case of a sweep took longer than the case.
+faster than computing it again (`worth_storing`): a GPU can compute a long golden faster than
+its gigabytes are written, and a sweep wrote one at every case.
 """
 from __future__ import annotations
 
