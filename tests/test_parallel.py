@@ -109,16 +109,18 @@ def test_a_worker_that_dies_costs_its_case_and_a_new_worker_goes_on(tmp_path):
 
 
 OUT_OF_MEMORY = ["sweep", "--op", "toy_decay", "--dtype", "fp32", "--B", "1", "--H", "1", "--K", "16",
-                 "--V", "16", "--h0", "none", "--gate", "normal", "--T", "5,20,33,40", "--checks",
-                 "none", "--variant", "chunk", "--no-golden-cache", "--quiet"]
+                 "--V", "16", "--h0", "none", "--gate", "normal", "--checks", "none", "--variant", "chunk",
+                 "--no-golden-cache", "--quiet"]
 
 
-def out_of_memory_sweep(out, calls: int, jobs: int = 2):
+def out_of_memory_sweep(out, calls: int, jobs: int = 2, T: str = "5,20,33,40",
+                        kernel: str = "chunk_toy_decay_out_of_memory_once_at_T20"):
     """The sweep above with its T = 20 case out of memory in its first `calls` calls."""
-    args = OUT_OF_MEMORY + ["--impl", "chunk=tests.toy_op:chunk_toy_decay_out_of_memory_once_at_T20"]
+    args = OUT_OF_MEMORY + ["--T", T, "--impl", f"chunk=tests.toy_op:{kernel}"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TOY_OOM_ONCE", str(out) + ".calls")
         mp.setenv("TOY_OOM_CALLS", str(calls))
+        mp.setenv("TOY_CALLS", str(out) + ".timed")
         return harness([*args, "--jobs", str(jobs), "--out", str(out)])
 
 
@@ -142,6 +144,20 @@ def test_a_case_out_of_memory_beside_other_workers_runs_again_beside_smaller_one
     lone = rows(tmp_path / "one")
     assert list(lone[lone["verdict"] != "PASS"]["case_id"]) == [DYING]
     assert "out of memory" in lone[lone["case_id"] == DYING]["message"].iloc[0]
+
+
+def test_a_case_out_of_memory_waits_for_a_larger_one_beside_it_to_end(tmp_path):
+    """Nothing else left to run, a worker whose case (T = 20) ran out of memory beside a larger
+    one (T = 40, 2 s a call) waits: the retry starts after the larger case's calls end."""
+    done = out_of_memory_sweep(tmp_path / "run", calls=1, T="20,40",
+                               kernel="chunk_toy_decay_out_of_memory_once_at_T20_slow_at_T40")
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = rows(tmp_path / "run")
+    assert got["case_id"].nunique() == 2 and (got["verdict"] == "PASS").all()
+    calls = [line.split() for line in open(str(tmp_path / "run") + ".timed")]
+    large_end = max(float(end) for _, T, _, end in calls if T == "40")
+    small = sorted(float(start) for _, T, start, _ in calls if T == "20")
+    assert len(small) >= 2 and small[0] < large_end < small[1]
 
 
 def test_a_case_out_of_memory_twice_beside_other_workers_runs_again_alone(tmp_path):

@@ -110,6 +110,20 @@ chunk_toy_decay_out_of_memory_once_at_T20 = _dying_at(20, _out_of_memory_once,
 chunk_toy_decay_out_of_memory_at_T20 = _dying_at(20, _out_of_memory, "chunk_toy_decay_out_of_memory_at_T20")
 
 
+def chunk_toy_decay_out_of_memory_once_at_T20_slow_at_T40(q, k, v, **kwargs):
+    """chunk_toy_decay_out_of_memory_once_at_T20, whose calls at T = 40 take 2 s more; each call at
+    T = 20 or 40 adds "T <tokens> <start> <end>" (time.time()) to the file TOY_CALLS names."""
+    start = time.time()
+    try:
+        if q.shape[1] == 40:
+            time.sleep(2)
+        return chunk_toy_decay_out_of_memory_once_at_T20(q, k, v, **kwargs)
+    finally:
+        if q.shape[1] in (20, 40):
+            with open(os.environ["TOY_CALLS"], "a") as calls:
+                calls.write(f"T {q.shape[1]} {start} {time.time()}\n")
+
+
 def toy_decay_recurrent(q, k, v, scale=None, initial_state=None, output_final_state=False,
                         decay_scale=1.0):
     """The definition, step by step (float64 in, float64 out)."""
