@@ -339,3 +339,13 @@ def last_row_last_head_zeroed(r, k, v, w, u, scale=None, initial_state=None, out
     keep = torch.ones_like(o)
     keep[-1, -1, -1] = 0
     return o * keep, ht
+
+
+def anchored_on_the_chunk_end(r, k, v, w, u, **kw):
+    """r scaled by a factor drawn from the last token of its 32-token chunk and divided by it
+    again, in r's dtype: the algebra cancels and the rounding does not, so o before a token
+    depends on later ones by a rounding (as upstream KDA's safe_gate anchor on a later row did)."""
+    T = r.shape[1]
+    end = torch.clamp((torch.arange(T, device=r.device) // 32 + 1) * 32 - 1, max=T - 1)
+    s = torch.exp(k[:, end].mean(-1, keepdim=True)).to(r.dtype)
+    return baseline_like((r * s) / s, k, v, w, u, **kw)

@@ -11,8 +11,8 @@ from tests.planted import CPU, SPEC, case, impl
 
 
 def test_every_registered_check_is_named_and_has_its_own_module():
-    assert checks.EXTRA_CHECKS == ("inputs", "determinism", "segments", "packing", "inference", "options",
-                                   "layer")
+    assert checks.EXTRA_CHECKS == ("inputs", "determinism", "segments", "causality", "packing", "inference",
+                                   "options", "layer")
     for check in checks.REGISTRY:
         assert check.rows.__module__ == f"harness.checks.{check.name}"
 

@@ -53,7 +53,7 @@ def test_passing_sweep_exits_0_and_writes_csv_html_markdown(tmp_path, capsys):
     assert len([r for r in rows if r["check"] == "golden"]) == 2 * 8
     assert {r["verdict"] for r in rows} == {"PASS"}
     assert {r["check"] for r in rows} == {"golden", "aggregate", "inputs", "determinism", "segments",
-                                          "inference", "options", "layer"}
+                                          "causality", "inference", "options", "layer"}
     assert {r["impl"] for r in rows} == {"tests.implementations:baseline_like"}
     assert (tmp_path / "report.html").stat().st_size > 0
     assert "PASS" in (tmp_path / "summary.md").read_text()

@@ -45,7 +45,7 @@ def test_a_module_without_a_declaration_is_one_sentence():
 def test_every_check_runs_on_the_toy_op_and_passes(toy):
     impls = [Implementation(v, "ours", toy.variant_fn(v)) for v in toy.variants]
     rows = run_case(toy, CASE, impls, torch.device(DEVICE))
-    expected = {"golden", "aggregate", "agreement", "inputs", "segments", "inference", "options"}
+    expected = {"golden", "aggregate", "agreement", "inputs", "segments", "causality", "inference", "options"}
     expected |= set() if interpreting() else {"determinism"}   # the interpreter runs serially
     assert {r["check"] for r in rows} == expected
     assert {r["tensor"] for r in rows if r["check"] == "golden"} == {"o", "ht", "dq", "dk", "dv", "dh0"}

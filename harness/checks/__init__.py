@@ -10,13 +10,13 @@ that change with every shape; without one it runs on every case it `applies` to.
 """
 from __future__ import annotations
 
-from harness.checks import determinism, inference, inputs, layer, options, packing, segments
+from harness.checks import causality, determinism, inference, inputs, layer, options, packing, segments
 from harness.checks.check import CaseContext, Check
 
 __all__ = ["CaseContext", "Check", "REGISTRY", "EXTRA_CHECKS", "registered", "checks_per_case"]
 
-REGISTRY = (inputs.CHECK, determinism.CHECK, segments.CHECK, packing.CHECK, inference.CHECK, options.CHECK,
-            layer.CHECK)
+REGISTRY = (inputs.CHECK, determinism.CHECK, segments.CHECK, causality.CHECK, packing.CHECK, inference.CHECK,
+            options.CHECK, layer.CHECK)
 EXTRA_CHECKS = tuple(check.name for check in REGISTRY)
 
 
