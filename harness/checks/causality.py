@@ -10,7 +10,7 @@ import torch
 
 from harness.checks.bits import bitwise_equal, describe_difference
 from harness.checks.check import Check
-from harness.checks.inference import without_grad
+from harness.checks.inference import forward_without_grad
 from harness.execution import describe_error
 
 
@@ -38,10 +38,7 @@ def replacing_later_tokens(names, sequence, P):
 
 
 def _forward(ctx, impl, wrap=None):
-    def inner(fn):
-        return without_grad(wrap(fn) if wrap else fn)
-    return ctx.run(impl, wrap=inner, requires_grad=(), h0_grad=False, o_in_loss=False,
-                   final_state="unused").result["o"]
+    return forward_without_grad(ctx, impl, wrap)["o"]
 
 
 def rows(ctx, impl, execution) -> list[dict]:

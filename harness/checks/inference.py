@@ -16,6 +16,15 @@ def without_grad(fn):
     return call
 
 
+def forward_without_grad(ctx, impl, wrap=None) -> dict:
+    """The results of one forward of impl's function (or of `wrap(function)`) under
+    torch.no_grad, no input requiring a gradient, the final states returned and in no loss."""
+    def inner(fn):
+        return without_grad(wrap(fn) if wrap else fn)
+    return ctx.run(impl, wrap=inner, requires_grad=(), h0_grad=False, o_in_loss=False,
+                   final_state="unused").result
+
+
 def forward_names(ctx) -> list:
     """The tensors of the case a forward alone returns: o and the final states."""
     returned = ["o", *ctx.spec.final_state_names()]
@@ -24,8 +33,7 @@ def forward_names(ctx) -> list:
 
 def rows(ctx, impl, execution) -> list[dict]:
     try:
-        out = ctx.run(impl, wrap=without_grad, requires_grad=(), h0_grad=False, o_in_loss=False,
-                      final_state="unused").result
+        out = forward_without_grad(ctx, impl)
     except Exception as exc:
         return [ctx.row(impl, "inference", "", verdict="ERROR",
                         message=f"under no_grad: {describe_error(exc)}")]
