@@ -14,6 +14,10 @@ from typing import Callable
 CORE_SYMBOLS = ("B", "T", "H", "K", "V")   # every op's; the presets of harness/cases.py sweep them
 
 
+# kinds drawn in the case's gate dtype: the log gates and what a call computes them from
+GATE_KINDS = ("gate", "raw_gate", "A_log", "dt_bias")
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """One input tensor: its name and shape in terms of the case's shape symbols."""
@@ -21,10 +25,12 @@ class InputSpec:
     shape: tuple            # symbols among CORE_SYMBOLS and the op's own `symbols`
     kind: str = "randn"     # "randn", "gate" (log gate: logsigmoid(randn) / normaliser),
                             # "positive" (elu(randn) + 1, a positive feature map's output),
-                            # "unit" (L2-normalised over the last dim, as layers give keys) or
-                            # "beta" (a step size in (0, 1)); harness/inputs.py:of_kind draws them
+                            # "unit" (L2-normalised over the last dim, as layers give keys),
+                            # "beta" (a step size in (0, 1)), "logit" (its logit), or a gate the
+                            # call computes: "raw_gate", "A_log", "dt_bias"; harness/inputs.py:of_kind
     optional: bool = False  # the op also accepts None here (its gradient is then None)
     grad: bool = True       # the op gives its gradient (False: a constant, as simple GLA's g_gamma)
+    keyword: bool = False   # passed by name after the positional inputs (upstream's A_log, dt_bias)
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,8 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     without requires_grad; `requires_grad` names the inputs whose gradients are taken (default
     all); o_in_loss=False leaves o out of the loss (only the final states' gradients flow).
     Initial states and their upstream gradients stay float32 unless `to_dtype` is float64 (a
-    golden). The case's option (`OpSpec.under`) adds its keywords and inputs and passes its
-    `without` inputs as None; a packed case passes `cu_seqlens`. What each call returns is checked against the op before anything
+    golden). The case's option (`OpSpec.under`) adds its keywords and inputs (by name where
+    declared `keyword`) and passes its `without` inputs as None; a packed case passes `cu_seqlens`. What each call returns is checked against the op before anything
     else uses it: RunFailed names a wrong shape or type, and a backward that raises.
     """
     spec = spec.under(case.option)
@@ -122,15 +122,17 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
         given.update({f"initial {s.name}": (x, orig) for s, x, orig in
                       zip(spec.states, h0, inputs.initial_states)})
     sequence = spec.sequence_inputs()
+    by_name = {s.name for s in spec.inputs if s.keyword}
     T = inputs.dims["T"]
     pieces, finals = [], h0
     for t0, t1 in segments or [(0, T)]:
-        args = [leaves.get(name) for name in inputs.tensors]
-        args = [x[:, t0:t1] if name in sequence and x is not None else x
-                for name, x in zip(inputs.tensors, args)]
+        given_now = {name: x[:, t0:t1] if name in sequence and x is not None else x
+                     for name, x in ((name, leaves.get(name)) for name in inputs.tensors)}
+        args = [x for name, x in given_now.items() if name not in by_name]
+        named = {name: x for name, x in given_now.items() if name in by_name}
         state = None if finals is None else (finals[0] if single else finals)
         returned = fn(*args, scale=inputs.scale, initial_state=state,
-                      output_final_state=final_state != "off" or t1 < T, **call)
+                      output_final_state=final_state != "off" or t1 < T, **named, **call)
         good, bad = returned_problems(spec, inputs, returned, t0, t1)
         if bad:
             name, why = next(iter(bad.items()))

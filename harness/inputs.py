@@ -1,6 +1,7 @@
 """Seeded inputs in the target dtype, and the upstream gradients every implementation shares."""
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import dataclass
 
@@ -8,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cases import EXTREME_GATE, GATES, Case
-from harness.declaration import OpSpec
+from harness.declaration import GATE_KINDS, OpSpec
 from harness.packing import cu_seqlens_of, sequence_count, sequence_lengths
 
 
@@ -50,15 +51,26 @@ def of_kind(x: torch.Tensor, kind: str, strength: float | None) -> torch.Tensor:
     - "unit": x divided by its L2 norm over the last dimension, as layers normalise keys;
     - "beta": the delta rule's step size sigmoid(x / strength) in (0, 1): spread around 1/2
       (normal), close to 1/2 (weak), most of it within 1e-4 of 0 or 1 (strong: the state nearly
-      kept or nearly overwritten), and exactly 1 or ~1e-26 (extreme, the sign of x)."""
+      kept or nearly overwritten), and exactly 1 or ~1e-26 (extreme, the sign of x);
+    - "logit": that step size's logit, for a call that takes the sigmoid itself;
+    - a gate the call computes as -exp(A_log) * softplus(g + dt_bias), as upstream layers'
+      parameters give it: "raw_gate", x itself (a projection's output); "dt_bias",
+      log(expm1(dt)) with dt log-uniform in (0.001, 0.1); "A_log", log(A) with A uniform in
+      (1, 16) over the normaliser (extreme: A = 1e6, every decay near EXTREME_GATE or below)."""
     if kind == "gate":
         return torch.full_like(x, EXTREME_GATE) if strength is None else F.logsigmoid(x) / strength
     if kind == "positive":
         return F.elu(x) + 1
     if kind == "unit":
         return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-    if kind == "beta":
-        return torch.sigmoid(torch.sign(x) * -EXTREME_GATE if strength is None else x / strength)
+    if kind in ("beta", "logit"):
+        logit = torch.sign(x) * -EXTREME_GATE if strength is None else x / strength
+        return torch.sigmoid(logit) if kind == "beta" else logit
+    uniform = torch.special.ndtr(x)   # the normal's CDF of x: uniform in (0, 1)
+    if kind == "dt_bias":
+        return torch.log(torch.expm1(torch.exp(math.log(1e-3) + uniform * math.log(100.0))))
+    if kind == "A_log":
+        return torch.full_like(x, math.log(1e6)) if strength is None else torch.log((1 + 15 * uniform) / strength)
     return x
 
 
@@ -83,7 +95,7 @@ def make_inputs(spec: OpSpec, case: Case, device, generator: torch.Generator | N
 
     def draw(shape, kind="randn"):
         x = of_kind(torch.randn(shape, generator=gen, dtype=torch.float32), kind, GATES[case.gate])
-        return x.to(case.gate_dtype if kind == "gate" else case.torch_dtype).to(device)
+        return x.to(case.gate_dtype if kind in GATE_KINDS else case.torch_dtype).to(device)
 
     extra = spec.option_spec()
     tensors = {s.name: draw(spec.shape_of(s, dims), s.kind) for s in spec.inputs if s not in extra.inputs}

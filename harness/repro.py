@@ -25,7 +25,7 @@ from harness.cases import (DTYPE_CHOICES, DTYPE_NAMES, EXTREME_GATE, GATES, H0_O
                            OWN_SYMBOLS, Case)
 from reports.schema import SHAPE
 from harness.checks.segments import segment_bounds
-from harness.declaration import OpSpec, load_function
+from harness.declaration import GATE_KINDS, OpSpec, load_function
 from harness.inputs import packed_lengths
 from harness.registry import get_op
 from harness.runner import _seq_layout, contract_dtypes, expected_tensors
@@ -170,6 +170,7 @@ def constants_text(**more) -> str:
     constants = dict(
         DTYPES=cases.DTYPES, MIXED_DTYPES=MIXED_DTYPES, SHAPE=SHAPE, CORE_SYMBOLS=declaration.CORE_SYMBOLS,
         CHUNK=packing.CHUNK, OWN_SYMBOLS=OWN_SYMBOLS, GATES=GATES, EXTREME_GATE=EXTREME_GATE,
+        GATE_KINDS=declaration.GATE_KINDS,
         GOLDEN_LIMIT=sampling.GOLDEN_LIMIT, STATE_LIMIT=sampling.STATE_LIMIT,
         FEW_ELEMENTS=metrics.FEW_ELEMENTS, CHANCE_SIGMAS=metrics.CHANCE_SIGMAS, **more)
     return "\n".join(f"{name} = {value!r}" for name, value in constants.items())
@@ -204,7 +205,7 @@ def _tensor_tables(spec: OpSpec, case: Case) -> dict:
     symbolic shape."""
     spec = spec.under(case.option)
     names = expected_tensors(spec, case)
-    drawn = SimpleNamespace(tensors={s.name: torch.empty(0, dtype=case.gate_dtype if s.kind == "gate" else
+    drawn = SimpleNamespace(tensors={s.name: torch.empty(0, dtype=case.gate_dtype if s.kind in GATE_KINDS else
                                                          case.torch_dtype) for s in spec.inputs})
     dtypes = contract_dtypes(spec, case, drawn)
     longest = max(packed_lengths(case)) if case.packed else case.T

@@ -9,6 +9,11 @@ D_t is 1 (delta_rule, g None), exp(g_t) with g [B, T, H] (gated_delta_rule) or d
 with g [B, T, H, K] (kda): the decay acts before the delta update, as upstream fla's does (for
 a scalar decay the order is immaterial). With use_qk_l2norm_in_kernel, q and k are first divided
 by sqrt(sum of squares + 1e-6) over K, as upstream's kernels do.
+
+gated_delta_rule and kda also take what upstream's calls compute inside (`call_gate_and_beta`):
+the log decay from a raw gate and the layer's parameters (use_gate_in_kernel), beta from its
+logit (use_beta_sigmoid_in_kernel), and beta in (0, 2) (allow_neg_eigval: eigenvalues of the
+update down to -1).
 """
 from __future__ import annotations
 
@@ -23,6 +28,24 @@ L2NORM_EPS = 1e-6
 def l2_normalise(x: torch.Tensor) -> torch.Tensor:
     """x / sqrt(sum(x^2) + 1e-6) over the last dimension: upstream's in-kernel q, k normalisation."""
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
+
+
+def call_gate_and_beta(g, beta, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                       use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
+    """(g, beta) as the recurrence takes them, from what the call was given, in the working dtype:
+    g = -exp(A_log) * softplus(g + dt_bias) per head (A_log [H]; dt_bias [H], or [H * K] for a
+    per-channel g) with use_gate_in_kernel, beta = sigmoid(beta) with use_beta_sigmoid_in_kernel,
+    twice that with allow_neg_eigval too (which alone is refused, as upstream refuses it)."""
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True")
+    if use_gate_in_kernel:
+        work = work_dtype_of(g.dtype)
+        bias = 0 if dt_bias is None else dt_bias.to(work).view(g.shape[2:])
+        A = torch.exp(A_log.to(work)).view(-1, *([1] * (g.dim() - 3)))
+        g = -A * torch.nn.functional.softplus(g.to(work) + bias)
+    if use_beta_sigmoid_in_kernel:
+        beta = torch.sigmoid(beta.to(work_dtype_of(beta.dtype))) * (2 if allow_neg_eigval else 1)
+    return g, beta
 
 
 def _decay(g_t, state):

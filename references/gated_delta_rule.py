@@ -8,18 +8,20 @@ differentiable in every input, the initial state included.
 """
 from __future__ import annotations
 
-from references.delta import delta_chunked, delta_recurrent
+from references.delta import call_gate_and_beta, delta_chunked, delta_recurrent
 
 
 def gated_delta_rule_recurrent(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                               use_qk_l2norm_in_kernel=False):
-    """Token-by-token loop in the inputs' dtype (the definition)."""
+                               use_qk_l2norm_in_kernel=False, **computed):
+    """Token-by-token loop in the inputs' dtype (the definition); `computed`: `call_gate_and_beta`'s."""
+    g, beta = call_gate_and_beta(g, beta, **computed)
     return delta_recurrent(q, k, v, beta, g, scale, initial_state, output_final_state,
                            use_qk_l2norm_in_kernel)
 
 
 def gated_delta_rule_chunked(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                             use_qk_l2norm_in_kernel=False, chunk_size=16, operand_dtype=None):
+                             use_qk_l2norm_in_kernel=False, chunk_size=16, operand_dtype=None, **computed):
     """The WY chunked form; `operand_dtype` rounds matrix-product operands (the same-dtype baseline)."""
+    g, beta = call_gate_and_beta(g, beta, **computed)
     return delta_chunked(q, k, v, beta, g, scale, initial_state, output_final_state,
                          use_qk_l2norm_in_kernel, chunk_size, operand_dtype)

@@ -6,6 +6,7 @@ form) with the bug in its arithmetic (tests/test_delta_rule.py), beside the same
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from fla_kernels import chunk_gla, chunk_gsa, chunk_linear_attn, fused_recurrent_gla
 
@@ -127,6 +128,51 @@ def kda_like(q, k, v, g, beta, scale=None, initial_state=None, output_final_stat
 def kda_key_reads_undecayed_state(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):
     """The delta update's key reads S_{t-1} instead of the decayed diag(exp(g_t)) S_{t-1}."""
     return _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state, decay_first=False)
+
+
+def _in_call(g, beta, use_gate_in_kernel=False, A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False,
+             allow_neg_eigval=False, plant=""):
+    """(g, beta) the gated delta rule's call computes from what it is given (float32), correct
+    unless `plant` names a bug: "neg_eigval_ignored" (beta = sigmoid, not 2 sigmoid),
+    "bias_gradient_dropped" (dt_bias detached: no ddt_bias), "A_log_as_A" (no exp)."""
+    if use_gate_in_kernel:
+        bias = dt_bias.float().detach() if plant == "bias_gradient_dropped" else dt_bias.float()
+        A = A_log.float() if plant == "A_log_as_A" else A_log.float().exp()
+        g = -A * F.softplus(g.float() + bias)
+    if use_beta_sigmoid_in_kernel:
+        beta = torch.sigmoid(beta.float()) * (2 if allow_neg_eigval and plant != "neg_eigval_ignored" else 1)
+    return g, beta
+
+
+def _gated_in_call(plant, q, k, v, g, beta, scale, initial_state, output_final_state, options):
+    g, beta = _in_call(g, beta, plant=plant, **options)
+    return _delta_loop(q, k, v, beta, g, scale, initial_state, output_final_state)
+
+
+def gated_delta_rule_like(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                          **options):
+    """Correct: the float32 loop, taking the call's options (`_in_call`)."""
+    return _gated_in_call("", q, k, v, g, beta, scale, initial_state, output_final_state, options)
+
+
+def gated_delta_rule_neg_eigval_ignored(q, k, v, g, beta, scale=None, initial_state=None,
+                                        output_final_state=False, **options):
+    """allow_neg_eigval taken but beta left at sigmoid(beta), in (0, 1)."""
+    return _gated_in_call("neg_eigval_ignored", q, k, v, g, beta, scale, initial_state, output_final_state,
+                          options)
+
+
+def gated_delta_rule_bias_gradient_dropped(q, k, v, g, beta, scale=None, initial_state=None,
+                                           output_final_state=False, **options):
+    """The in-call gate right forward, but dt_bias detached: no gradient reaches it."""
+    return _gated_in_call("bias_gradient_dropped", q, k, v, g, beta, scale, initial_state,
+                          output_final_state, options)
+
+
+def gated_delta_rule_A_log_as_A(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                                **options):
+    """The in-call gate with A_log taken for A (no exp)."""
+    return _gated_in_call("A_log_as_A", q, k, v, g, beta, scale, initial_state, output_final_state, options)
 
 
 def _delta_chunks(q, k, v, beta, scale, initial_state, output_final_state, chunk=8, correct=True,

@@ -6,6 +6,8 @@ The loops are the definition (two steps by hand), the in-call L2 normalisation o
 upstream's, the kernels take packed batches and a float32 beta beside bf16 inputs, and the
 harness fails planted bugs (a beta gradient without its correction term, a key that reads the
 undecayed state, chunks whose corrected values forget their entering state) on the right tensor and passes the same loop without them.
+The gated ops also take upstream's in-call gate (from A_log and dt_bias, passed by name) and beta
+from its logit (in (0, 2) with allow_neg_eigval): references, kernels and planted bugs of both.
 """
 import dataclasses
 
@@ -23,7 +25,7 @@ from fla_kernels.ops.common import chunk_pairs
 from fla_kernels.ops.common.chunk_delta import unit_lower_inverse
 from fla_kernels.ops.common.chunk_pairs import SPLIT_SPAN
 from fla_kernels.ops.common.tiles import load_rows, store_rows
-from references.delta import l2_normalise
+from references.delta import call_gate_and_beta, l2_normalise
 from references.gated_delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
 from references.kda import kda_chunked, kda_recurrent
 from tests.kernel_testing import (DEVICE, REL_TOL, assert_close, assert_matches_reference, emulated, make_inputs,
@@ -191,15 +193,19 @@ def test_a_key_head_wider_than_upstreams_limit_is_refused_before_any_launch(op, 
     assert launches == []
 
 
-def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent"):
-    """{(check, tensor)} of the rows of a planted implementation that do not pass, on one case
-    with an initial state under strong gates (beta near 0 and 1)."""
-    spec = OPS[op]
-    case = Case(op=op, dtype=dtype, B=1, T=20, H=2, K=8, V=8, h0="grad", gate="strong", seed=0)
-    impl = Implementation(variant, f"tests.planted_kernels:{planted}",
-                          load_function(f"tests.planted_kernels:{planted}"))
-    rows = run_case(spec, case, [impl], torch.device(DEVICE), checks=())
-    return {(r["check"], r["tensor"]) for r in rows if r["verdict"] != "PASS"}
+def failing_rows(op, target, dtype="fp32", variant="fused_recurrent", option="none"):
+    """{(check, tensor): row} of the golden rows of `target` ("module:function") that do not
+    pass, on one case with an initial state under strong gates (beta near 0 and 1)."""
+    case = Case(op=op, dtype=dtype, B=1, T=20, H=2, K=8, V=8, h0="grad", gate="strong", seed=0, option=option)
+    rows = run_case(OPS[op], case, [Implementation(variant, target, load_function(target))],
+                    torch.device(DEVICE), checks=())
+    assert rows
+    return {(r["check"], r["tensor"]): r for r in rows if r["verdict"] != "PASS"}
+
+
+def sweep_failures(op, planted, dtype="fp32", variant="fused_recurrent", option="none"):
+    """{(check, tensor)} of the rows of a planted implementation that do not pass (`failing_rows`)."""
+    return set(failing_rows(op, f"tests.planted_kernels:{planted}", dtype, variant, option))
 
 
 @pytest.mark.parametrize("op,correct", [("delta_rule", "delta_rule_like"), ("kda", "kda_like"),
@@ -230,6 +236,103 @@ def test_a_beta_gradient_without_its_correction_fails_dbeta_only():
 def test_a_key_reading_the_undecayed_state_fails_o():
     failed = sweep_failures("kda", "kda_key_reads_undecayed_state")
     assert {("golden", "o"), ("golden", "ht"), ("golden", "dg")} <= failed, failed
+
+
+IN_CALL = ["use_beta_sigmoid_in_kernel", "allow_neg_eigval", "use_gate_in_kernel"]
+
+
+def test_the_in_call_gate_and_beta_are_their_definitions():
+    """use_gate_in_kernel: g = -exp(A_log) softplus(g + dt_bias) per head (kda: dt_bias [H * K]
+    per channel); use_beta_sigmoid_in_kernel: beta = sigmoid(beta), allow_neg_eigval 2 sigmoid(beta);
+    allow_neg_eigval alone refused, as upstream refuses it."""
+    gen = torch.Generator().manual_seed(6)
+    g, beta = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64), torch.randn(2, 5, 3, generator=gen,
+                                                                                   dtype=torch.float64)
+    A_log, dt_bias = torch.randn(3, generator=gen, dtype=torch.float64), torch.randn(3, generator=gen,
+                                                                                    dtype=torch.float64)
+    got_g, got_beta = call_gate_and_beta(g, beta, True, A_log, dt_bias, True, True)
+    for h in range(3):
+        want = -A_log[h].exp() * torch.log1p(torch.exp(g[..., h] + dt_bias[h]))
+        assert torch.allclose(got_g[..., h], want, rtol=1e-14)
+    assert torch.allclose(got_beta, 2 / (1 + torch.exp(-beta)), rtol=1e-14)
+    gk, bias_k = torch.randn(2, 5, 3, 4, generator=gen, dtype=torch.float64), torch.randn(12, generator=gen,
+                                                                                        dtype=torch.float64)
+    got_gk, _ = call_gate_and_beta(gk, beta, True, A_log, bias_k)
+    assert torch.allclose(got_gk, -A_log[:, None].exp() * F.softplus(gk + bias_k.view(3, 4)), rtol=1e-14)
+    with pytest.raises(ValueError, match="requires use_beta_sigmoid_in_kernel"):
+        call_gate_and_beta(g, beta, allow_neg_eigval=True)
+
+
+@pytest.mark.parametrize("option", IN_CALL)
+def test_references_under_the_in_call_options_pass_gradcheck(option):
+    """The chunked reference under each option: gradcheck in every input (A_log and dt_bias included)."""
+    spec = OPS["gated_delta_rule"].under(option)
+    gen = torch.Generator().manual_seed(7)
+    shapes = {s.name: spec.shape_of(s, dict(B=1, T=5, H=2, K=3, V=2)) for s in spec.inputs}
+    kwargs = spec.option_spec().kwargs
+    leaves = {n: torch.randn(shp, generator=gen, dtype=torch.float64).requires_grad_() for n, shp in shapes.items()}
+    named = [s.name for s in spec.inputs if s.keyword]
+    order = [n for n in shapes if n not in named]
+    leaves["k"] = F.normalize(leaves["k"].detach(), dim=-1).requires_grad_()
+
+    def fn(*xs):
+        given = dict(zip(order + named, xs))
+        o, ht = gated_delta_rule_chunked(*[given[n] for n in order], output_final_state=True, chunk_size=2,
+                                         **{n: given[n] for n in named}, **kwargs)
+        return o, ht
+    assert torch.autograd.gradcheck(fn, [leaves[n] for n in order + named])
+
+
+@pytest.mark.parametrize("op,variant,option", [("gated_delta_rule", "chunk", o) for o in IN_CALL] + [
+    ("gated_delta_rule", "fused_recurrent", "use_gate_in_kernel"), ("kda", "chunk", "allow_neg_eigval"),
+    ("kda", "fused_recurrent", "use_beta_sigmoid_in_kernel")])
+def test_kernels_under_the_in_call_options_pass(op, variant, option):
+    """Our kernels take upstream's in-call gate and beta: every golden row passes, dA_log and
+    ddt_bias among them."""
+    target = OPS[op].variants[variant]
+    assert failing_rows(op, target, variant=variant, option=option) == {}
+
+
+def test_the_in_call_options_are_refused_before_any_launch():
+    from tests.gpu_compile import recording_launches
+    fn = OPS["gated_delta_rule"].variant_fn("chunk")
+    q, k = (F.normalize(torch.randn(1, 8, 2, 16, device=DEVICE), dim=-1) for _ in range(2))
+    v, g, beta = torch.randn(1, 8, 2, 16, device=DEVICE), torch.randn(1, 8, 2, device=DEVICE), torch.randn(1, 8, 2,
+                                                                                                        device=DEVICE)
+    with recording_launches() as launches:
+        with pytest.raises(ValueError, match="allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True"):
+            fn(q, k, v, g, beta, allow_neg_eigval=True)
+        with pytest.raises(ValueError, match=r"takes A_log \[H\] = \[2\], got None"):
+            fn(q, k, v, g, beta, use_gate_in_kernel=True)
+        with pytest.raises(ValueError, match=r"takes dt_bias \[H\] = \[2\], got \[3\]"):
+            fn(q, k, v, g, beta, use_gate_in_kernel=True, A_log=torch.zeros(2, device=DEVICE),
+               dt_bias=torch.zeros(3, device=DEVICE))
+    assert launches == []
+
+
+@pytest.mark.parametrize("option", IN_CALL)
+def test_the_planted_loop_passes_every_in_call_option(option):
+    assert sweep_failures("gated_delta_rule", "gated_delta_rule_like", option=option) == set()
+
+
+def test_allow_neg_eigval_ignored_fails_o_under_that_option_alone():
+    """beta left in (0, 1) under allow_neg_eigval: o and the state fail; with the logit alone it passes."""
+    failed = sweep_failures("gated_delta_rule", "gated_delta_rule_neg_eigval_ignored", option="allow_neg_eigval")
+    assert {("golden", "o"), ("golden", "ht"), ("golden", "dbeta")} <= failed, failed
+    assert sweep_failures("gated_delta_rule", "gated_delta_rule_neg_eigval_ignored",
+                          option="use_beta_sigmoid_in_kernel") == set()
+
+
+def test_a_dropped_bias_gradient_fails_ddt_bias_alone():
+    failed = failing_rows("gated_delta_rule", "tests.planted_kernels:gated_delta_rule_bias_gradient_dropped",
+                          option="use_gate_in_kernel")
+    assert list(failed) == [("golden", "ddt_bias")], list(failed)
+    assert "returned no tensor (None) where the golden has one" in failed["golden", "ddt_bias"]["message"]
+
+
+def test_A_log_taken_for_A_fails_o_and_dA_log():
+    failed = sweep_failures("gated_delta_rule", "gated_delta_rule_A_log_as_A", option="use_gate_in_kernel")
+    assert {("golden", "o"), ("golden", "ht"), ("golden", "dA_log")} <= failed, failed
 
 
 @triton.jit

@@ -7,7 +7,8 @@ from fla_kernels.ops.common.delta_call import delta_call
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                           use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, use_gate_in_kernel=False,
+                           A_log=None, dt_bias=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
     """The gated delta rule, chunk by chunk; arguments and results as
     `fused_recurrent_gated_delta_rule`'s (g [B, T, H] before beta, as upstream's
     chunk_gated_delta_rule takes them).
@@ -22,4 +23,6 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     final state [N, H, K, V].
     """
     return delta_call(chunk_delta, "chunk_gated_delta_rule", q, k, v, beta, g, "BTH", scale,
-                      initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)
+                      initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens,
+                      use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+                      use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)

@@ -8,7 +8,8 @@ from fla_kernels.ops.common.fused_recurrent_delta import fused_recurrent_delta
 
 def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                                      output_final_state=False, use_qk_l2norm_in_kernel=False,
-                                     cu_seqlens=None):
+                                     cu_seqlens=None, use_gate_in_kernel=False, A_log=None, dt_bias=None,
+                                     use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
     """The gated delta rule, token by token.
 
     q, k: [B, T, H, K], K at most 256 (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
@@ -20,6 +21,12 @@ def fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state
     final state [B, H, K, V] float32 or None); differentiable in every tensor. cu_seqlens: None,
     or int32 / int64 [N + 1], the cumulative starts of N sequences packed along T (B = 1), each
     run on its own: initial and final state [N, H, K, V].
+    use_beta_sigmoid_in_kernel: beta is its logit, and the step size sigmoid(beta); with
+    allow_neg_eigval too, 2 sigmoid(beta) in (0, 2). use_gate_in_kernel: g is the raw gate and the
+    log decay -exp(A_log) * softplus(g + dt_bias), A_log and dt_bias [H] (dt_bias optional), as
+    upstream's layer parameters; computed in float32 before the kernels (`computed_gate_and_beta`).
     """
     return delta_call(fused_recurrent_delta, "fused_recurrent_gated_delta_rule", q, k, v, beta, g, "BTH",
-                      scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)
+                      scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens,
+                      use_gate_in_kernel=use_gate_in_kernel, A_log=A_log, dt_bias=dt_bias,
+                      use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)

@@ -8,8 +8,10 @@ from fla_kernels.ops.common.delta_call import delta_call
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-              use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+              use_qk_l2norm_in_kernel=False, cu_seqlens=None,
+              use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
     """Kimi delta attention, chunk by chunk; arguments and results as `fused_recurrent_kda`'s
     (g [B, T, H, K], log decays <= 0 per key channel, before beta)."""
     return delta_call(chunk_delta, "chunk_kda", q, k, v, beta, g, "BTHK", scale, initial_state,
-                      output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)
+                      output_final_state, use_qk_l2norm_in_kernel, cu_seqlens,
+                      use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)

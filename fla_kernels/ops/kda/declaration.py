@@ -1,6 +1,7 @@
 """Kimi delta attention, declared for the harness (harness/declaration.py says what each field
-means); inputs and options as the delta rule's, with log decays g [B, T, H, K] before beta."""
-from fla_kernels.ops.delta_rule.declaration import BETA, OPTIONS, UNIT_QK, V
+means); inputs as the delta rule's, with log decays g [B, T, H, K] before beta; options the
+delta rule's and beta from its logit (`GATED_OPTIONS`)."""
+from fla_kernels.ops.delta_rule.declaration import BETA, GATED_OPTIONS, UNIT_QK, V
 from harness.declaration import InputSpec, LayerSpec, OpSpec, fla, fla_layer, kernels
 
 OP = OpSpec(
@@ -9,7 +10,7 @@ OP = OpSpec(
     inputs=UNIT_QK + (V, InputSpec("g", ("B", "T", "H", "K"), kind="gate"), BETA),
     variants=kernels("kda", "chunk", "fused_recurrent"),
     upstream=fla("kda", "chunk", "fused_recurrent"),
-    options=OPTIONS,
+    options=GATED_OPTIONS,
     layer=LayerSpec("fla_kernels.layers:KimiDeltaAttention",
                     upstream=fla_layer("KimiDeltaAttention", by_head_dim=True)),
 )

@@ -7,7 +7,8 @@ from fla_kernels.ops.common.fused_recurrent_delta import fused_recurrent_delta
 
 
 def fused_recurrent_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
-                        use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+                        use_qk_l2norm_in_kernel=False, cu_seqlens=None,
+                        use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False):
     """Kimi delta attention, token by token.
 
     q, k: [B, T, H, K], K at most 256 (k L2-normalised, or use_qk_l2norm_in_kernel=True to normalise q and k
@@ -18,6 +19,9 @@ def fused_recurrent_kda(q, k, v, g, beta, scale=None, initial_state=None, output
     [B, H, K, V] float32 or None); differentiable in every tensor. cu_seqlens: None, or int32 /
     int64 [N + 1], the cumulative starts of N sequences packed along T (B = 1), each run on its
     own: initial and final state [N, H, K, V].
+    use_beta_sigmoid_in_kernel: beta is its logit, and the step size sigmoid(beta); with
+    allow_neg_eigval too, 2 sigmoid(beta) in (0, 2); computed in float32 before the kernels.
     """
     return delta_call(fused_recurrent_delta, "fused_recurrent_kda", q, k, v, beta, g, "BTHK", scale,
-                      initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)
+                      initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens,
+                      use_beta_sigmoid_in_kernel=use_beta_sigmoid_in_kernel, allow_neg_eigval=allow_neg_eigval)
