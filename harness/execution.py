@@ -92,8 +92,9 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     all); o_in_loss=False leaves o out of the loss (only the final states' gradients flow).
     Initial states and their upstream gradients stay float32 unless `to_dtype` is float64 (a
     golden). The case's option (`OpSpec.under`) adds its keywords and inputs (by name where
-    declared `keyword`) and passes its `without` inputs as None; a packed case passes `cu_seqlens`. What each call returns is checked against the op before anything
-    else uses it: RunFailed names a wrong shape or type, and a backward that raises.
+    declared `keyword`) and passes its `without` inputs as None; a packed case passes
+    `cu_seqlens`. What each call returns is checked against the op before anything else uses
+    it: RunFailed names a wrong shape or type, and a backward that raises.
     """
     spec = spec.under(case.option)
     option = spec.option_spec()
