@@ -127,10 +127,10 @@ def run_implementation(fn, spec: OpSpec, case: Case, inputs: CaseInputs, to_dtyp
     T = inputs.dims["T"]
     pieces, finals = [], h0
     for t0, t1 in segments or [(0, T)]:
-        given_now = {name: x[:, t0:t1] if name in sequence and x is not None else x
-                     for name, x in ((name, leaves.get(name)) for name in inputs.tensors)}
-        args = [x for name, x in given_now.items() if name not in by_name]
-        named = {name: x for name, x in given_now.items() if name in by_name}
+        now = {name: leaves.get(name) for name in inputs.tensors}
+        now = {name: x[:, t0:t1] if name in sequence and x is not None else x for name, x in now.items()}
+        args = [x for name, x in now.items() if name not in by_name]
+        named = {name: x for name, x in now.items() if name in by_name}
         state = None if finals is None else (finals[0] if single else finals)
         returned = fn(*args, scale=inputs.scale, initial_state=state,
                       output_final_state=final_state != "off" or t1 < T, **named, **call)

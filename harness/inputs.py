@@ -66,11 +66,11 @@ def of_kind(x: torch.Tensor, kind: str, strength: float | None) -> torch.Tensor:
     if kind in ("beta", "logit"):
         logit = torch.sign(x) * -EXTREME_GATE if strength is None else x / strength
         return torch.sigmoid(logit) if kind == "beta" else logit
-    uniform = torch.special.ndtr(x)   # the normal's CDF of x: uniform in (0, 1)
-    if kind == "dt_bias":
-        return torch.log(torch.expm1(torch.exp(math.log(1e-3) + uniform * math.log(100.0))))
+    if kind == "dt_bias":   # ndtr: the normal's CDF, so ndtr(x) is uniform in (0, 1)
+        return torch.log(torch.expm1(torch.exp(math.log(1e-3) + torch.special.ndtr(x) * math.log(100.0))))
     if kind == "A_log":
-        return torch.full_like(x, math.log(1e6)) if strength is None else torch.log((1 + 15 * uniform) / strength)
+        return (torch.full_like(x, math.log(1e6)) if strength is None
+                else torch.log((1 + 15 * torch.special.ndtr(x)) / strength))
     return x
 
 

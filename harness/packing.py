@@ -54,22 +54,26 @@ def per_sequence(fn, spec):
     """`fn`, a function of the op on batches of whole sequences, as one that takes packed inputs
     (`cu_seqlens`, B = 1, states [N, ...]): it calls `fn` once per sequence (B = 1, that sequence's
     tokens and initial state) and packs what the calls return (o along T, final states along N).
-    Inputs without a time axis (rwkv6's u) go to every call whole."""
+    Inputs without a time axis (rwkv6's u) go to every call whole; inputs passed by name
+    (`InputSpec.keyword`) are cut like the others."""
     sequence_inputs = spec.sequence_inputs()
-    names = [s.name for s in spec.inputs]
+    names = [s.name for s in spec.inputs if not s.keyword]
     single = len(spec.states) == 1
+
+    def piece(name, x, t0, t1):
+        return x[:, t0:t1] if name in sequence_inputs and x is not None else x
 
     @functools.wraps(fn)
     def packed(*args, cu_seqlens, initial_state=None, output_final_state=False, **kwargs):
         bounds = cu_seqlens.tolist()
         outputs, finals = [], []
         for n, (t0, t1) in enumerate(zip(bounds, bounds[1:])):
-            pieces = [x[:, t0:t1] if name in sequence_inputs and x is not None else x
-                      for name, x in zip(names, args)]
+            pieces = [piece(name, x, t0, t1) for name, x in zip(names, args)]
+            named = {name: piece(name, x, t0, t1) for name, x in kwargs.items()}
             h0 = None
             if initial_state is not None:
                 h0 = initial_state[n:n + 1] if single else tuple(s[n:n + 1] for s in initial_state)
-            o, final = fn(*pieces, initial_state=h0, output_final_state=output_final_state, **kwargs)
+            o, final = fn(*pieces, initial_state=h0, output_final_state=output_final_state, **named)
             outputs.append(o)
             finals.append((final,) if single else final)
         o = torch.cat(outputs, dim=1)

@@ -293,6 +293,20 @@ def test_kernels_under_the_in_call_options_pass(op, variant, option):
     assert failing_rows(op, target, variant=variant, option=option) == {}
 
 
+def test_a_packed_batch_under_the_in_call_gate_passes():
+    """A_log and dt_bias, passed by name, reach every sequence's call of the references and of the
+    packing check's sequence-by-sequence run whole: golden and packing rows pass."""
+    case = Case(op="gated_delta_rule", dtype="fp32", B=2, T=20, H=2, K=8, V=8, h0="grad", gate="strong",
+                seed=0, varlen="packed", option="use_gate_in_kernel")
+    target = OPS["gated_delta_rule"].variants["chunk"]
+    rows = run_case(OPS["gated_delta_rule"], case, [Implementation("chunk", target, load_function(target))],
+                    torch.device(DEVICE), checks=("packing",))
+    assert {"golden", "packing"} <= {r["check"] for r in rows}
+    assert {"dA_log", "ddt_bias"} <= {r["tensor"] for r in rows}
+    assert all(r["verdict"] == "PASS" for r in rows), [(r["check"], r["tensor"], r["message"]) for r in rows
+                                                      if r["verdict"] != "PASS"]
+
+
 def test_the_in_call_options_are_refused_before_any_launch():
     from tests.gpu_compile import recording_launches
     fn = OPS["gated_delta_rule"].variant_fn("chunk")

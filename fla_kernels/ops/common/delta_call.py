@@ -29,8 +29,9 @@ def computed_gate_and_beta(op: str, g, beta, use_gate_in_kernel=False, A_log=Non
         raise ValueError(f"{op}: allow_neg_eigval=True requires use_beta_sigmoid_in_kernel=True.")
     if use_gate_in_kernel:
         H = g.shape[2]
-        for name, x in (("A_log", A_log), ("dt_bias", dt_bias)):
-            if (x is not None or name == "A_log") and (x is None or tuple(x.shape) != (H,)):
+        given = {"A_log": A_log, **({} if dt_bias is None else {"dt_bias": dt_bias})}   # dt_bias optional
+        for name, x in given.items():
+            if x is None or tuple(x.shape) != (H,):
                 got = "None" if x is None else list(x.shape)
                 raise ValueError(f"{op}: use_gate_in_kernel=True takes {name} [H] = [{H}], got {got}.")
         bias = 0 if dt_bias is None else dt_bias.to(torch.float32)
